@@ -1,0 +1,77 @@
+"""Alembic environment for mqstore.
+
+The DSN comes from (in order) a connection handed in by the caller
+(``config.attributes["connection"]``, Alembic's shared-connection recipe), ``-x dsn=...``,
+``MQSTORE_DSN``, or ``sqlalchemy.url``. The table prefix from ``config.attributes``,
+``-x prefix=...`` or ``MQSTORE_TABLE_PREFIX``. Each prefix has its own version table
+(``<prefix>mqstore_version``), so several brokers' tables can live in one schema.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+from sqlalchemy.engine import Connection
+
+config = context.config
+_x = context.get_x_argument(as_dictionary=True)
+
+
+def _prefix() -> str:
+    prefix = config.attributes.get("table_prefix")
+    if prefix is None:
+        prefix = _x.get("prefix", os.environ.get("MQSTORE_TABLE_PREFIX", ""))
+    config.attributes["table_prefix"] = prefix
+    return str(prefix)
+
+
+def _url() -> str:
+    url = _x.get("dsn") or os.environ.get("MQSTORE_DSN") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        sys.exit("no database: set MQSTORE_DSN or pass -x dsn=postgresql://user@host/dbname")
+    for scheme in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url[len(scheme) :]
+    sys.exit(f"unsupported DSN scheme in {url.split('://')[0]!r}: use postgresql://...")
+
+
+def _configure(**kwargs: object) -> None:
+    context.configure(
+        version_table=(_prefix() + "mqstore_version").lower(),
+        transaction_per_migration=False,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def run_migrations_offline() -> None:
+    """Emit SQL to stdout without a database (``alembic upgrade head --sql``)."""
+    _configure(url=_url(), literal_binds=True, dialect_opts={"paramstyle": "named"})
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run(connection: Connection) -> None:
+    _configure(connection=connection)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    """Migrate on the caller's connection, or on a fresh engine from the DSN."""
+    shared = config.attributes.get("connection")
+    if shared is not None:
+        _run(shared)
+        return
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        _run(connection)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,103 @@
+"""Engines from DSNs, with one-line errors for bad DSNs and unreachable databases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+
+from mqstore.errors import ConfigError, DatabaseUnavailableError
+
+_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+T = TypeVar("T")
+
+
+def parse_dsn(dsn: str) -> URL:
+    """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` DSNs."""
+    if not dsn or "://" not in dsn:
+        raise ConfigError(
+            f"invalid DSN {dsn!r}: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME "
+            "(set MQSTORE_DSN or --dsn)"
+        )
+    scheme = dsn.split("://", 1)[0]
+    if scheme not in _SCHEMES:
+        raise ConfigError(
+            f"invalid DSN scheme {scheme!r}: mqstore runs on PostgreSQL; "
+            "use postgresql://... or postgresql+psycopg://..."
+        )
+    if scheme == "postgres":
+        dsn = "postgresql" + dsn[len("postgres") :]
+    try:
+        url = make_url(dsn)
+        _ = url.port  # the port is parsed lazily; a non-number raises here
+    except (ArgumentError, ValueError) as exc:
+        raise ConfigError(f"invalid DSN {redact(dsn)}: {exc}") from None
+    return url.set(drivername="postgresql+psycopg")
+
+
+def redact(dsn: str | URL) -> str:
+    """The DSN with its password hidden, for messages and logs."""
+    try:
+        url = dsn if isinstance(dsn, URL) else make_url(dsn)
+    except (ArgumentError, ValueError):
+        return "<unparsable DSN>"
+    return url.render_as_string(hide_password=True)
+
+
+def libpq_dsn(dsn: str | URL) -> str:
+    """The DSN in the form psycopg and libpq accept (no ``+psycopg``)."""
+    url = parse_dsn(dsn) if isinstance(dsn, str) else dsn
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
+    """An engine on psycopg 3; raises :class:`ConfigError` for a bad DSN."""
+    url = parse_dsn(dsn)
+    return sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def describe_connect_error(exc: BaseException, url: URL) -> str:
+    """Turn a driver's connection failure into one line that says what to fix."""
+    raw = str(getattr(exc, "orig", exc) or exc).strip().splitlines()
+    detail = raw[0] if raw else type(exc).__name__
+    where = f"{url.host or 'local socket'}:{url.port or 5432}"
+    if "does not exist" in detail and "database" in detail:
+        return (
+            f"database {url.database!r} does not exist on {where}: create it "
+            f"(createdb {url.database}) or fix the DSN ({redact(url)})"
+        )
+    if "password authentication failed" in detail or "no password supplied" in detail:
+        return f"PostgreSQL at {where} refused user {url.username!r}: check the DSN's credentials"
+    if "role" in detail and "does not exist" in detail:
+        return f"PostgreSQL at {where} has no role {url.username!r}: fix the DSN's user"
+    return (
+        f"cannot connect to PostgreSQL at {where} ({detail}): is the server running "
+        f"and the DSN right? ({redact(url)})"
+    )
+
+
+def check_connection(engine: Engine) -> None:
+    """Open one connection, or raise :class:`DatabaseUnavailableError` with a clear message."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except (OperationalError, DBAPIError, psycopg.Error) as exc:
+        raise DatabaseUnavailableError(describe_connect_error(exc, engine.url)) from None
+
+
+def translate_db_errors(url: URL, action: Callable[[], T]) -> T:
+    """Run ``action``; a lost or refused connection becomes :class:`DatabaseUnavailableError`."""
+    try:
+        return action()
+    except OperationalError as exc:
+        raise DatabaseUnavailableError(describe_connect_error(exc, url)) from None

@@ -1,0 +1,392 @@
+"""Schema lifecycle: upgrade, downgrade, revision checks, drift check, and adoption of a
+database whose tables a real ActiveMQ broker created."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection, Engine
+
+from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
+from mqstore.schema import StoreSchema, build_schema, table_name
+
+#: The revision whose DDL equals ActiveMQ 5.17's tables (plus mqstore's corrections).
+BASELINE_REVISION = "0001"
+
+
+def migrations_dir() -> Path:
+    """The ``migrations`` directory (top level of the repository and of the installed wheel)."""
+    import migrations
+
+    return Path(migrations.__file__).resolve().parent
+
+
+def alembic_config(prefix: str = "", connection: Connection | None = None) -> Config:
+    """An Alembic config for ``prefix``; with ``connection``, migrations run on it."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.attributes["table_prefix"] = prefix
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest revision this mqstore ships."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(conn: Connection, prefix: str = "") -> str | None:
+    """The revision the database is at for ``prefix``, or None when mqstore never migrated it."""
+    ctx = MigrationContext.configure(
+        conn, opts={"version_table": build_schema(prefix).version_table}
+    )
+    return ctx.get_current_revision()
+
+
+def _existing_tables(conn: Connection) -> set[str]:
+    return set(sa.inspect(conn).get_table_names())
+
+
+def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
+    """Migrate to ``revision``; refuses (with the fix) on ActiveMQ tables mqstore never managed."""
+    with engine.begin() as conn:
+        schema = build_schema(prefix)
+        tables = _existing_tables(conn)
+        if schema.version_table not in tables and schema.msgs.name in tables:
+            raise SchemaError(
+                f"table {schema.msgs.name} exists but mqstore never migrated this database "
+                f"(prefix {prefix!r}): it was made by ActiveMQ; run `mqstore db adopt` first"
+            )
+        command.upgrade(alembic_config(prefix, conn), revision)
+
+
+def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
+    """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table)."""
+    with engine.begin() as conn:
+        command.downgrade(alembic_config(prefix, conn), revision)
+
+
+def require_head(conn: Connection, prefix: str = "") -> None:
+    """Raise :class:`SchemaVersionError` unless the database is at this mqstore's head."""
+    current, head = current_revision(conn, prefix), head_revision()
+    if current == head:
+        return
+    if current is None:
+        raise SchemaVersionError(
+            f"database has no mqstore schema for prefix {prefix!r}: run `mqstore db upgrade` "
+            "(or `mqstore db adopt` if ActiveMQ created the tables)"
+        )
+    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if current not in known:
+        raise SchemaVersionError(
+            f"database schema is at revision {current}, newer than this mqstore knows "
+            f"(head {head}): upgrade mqstore"
+        )
+    raise SchemaVersionError(
+        f"database schema is at revision {current}, this mqstore needs {head}: "
+        "run `mqstore db upgrade`"
+    )
+
+
+# ---------------------------------------------------------------- drift check
+
+
+def _type_name(col_type: sa.types.TypeEngine[object]) -> str:
+    name = type(col_type).__name__.upper()
+    if name in ("BIGINT", "BIGINTEGER"):
+        return "BIGINT"
+    if name in ("VARCHAR", "STRING"):
+        return f"VARCHAR({getattr(col_type, 'length', None)})"
+    if name in ("BYTEA", "LARGEBINARY"):
+        return "BYTEA"
+    if name == "TEXT":
+        return "TEXT"
+    return name
+
+
+def _norm_default(value: object) -> str | None:
+    if value is None or isinstance(value, sa.Identity):
+        return None
+    text = str(getattr(value, "arg", value))
+    return text.strip("'()").split("::")[0]
+
+
+def _norm_where(value: object) -> str | None:
+    if value is None:
+        return None
+    return " ".join(str(value).replace("(", " ").replace(")", " ").lower().split())
+
+
+def _declared_indexes(table: sa.Table) -> dict[str, tuple[tuple[str, ...], bool, str | None]]:
+    out: dict[str, tuple[tuple[str, ...], bool, str | None]] = {}
+    for index in table.indexes:
+        cols = tuple(
+            getattr(expr, "name", None) or str(expr.element.name)  # type: ignore[attr-defined]
+            for expr in index.expressions
+        )
+        where = index.dialect_options["postgresql"].get("where")
+        out[str(index.name)] = (cols, bool(index.unique), _norm_where(where))
+    return out
+
+
+def schema_differences(conn: Connection, prefix: str = "") -> list[str]:
+    """Every way the database differs from the declared schema (empty when it matches)."""
+    schema = build_schema(prefix)
+    inspector = sa.inspect(conn)
+    tables = set(inspector.get_table_names())
+    problems: list[str] = []
+    for table in (schema.msgs, schema.acks, schema.lock, schema.journal, schema.history):
+        if table.name not in tables:
+            problems.append(f"table {table.name} is missing")
+            continue
+        actual_cols = {c["name"]: c for c in inspector.get_columns(table.name)}
+        for col in table.columns:
+            got = actual_cols.pop(col.name, None)
+            if got is None:
+                problems.append(f"{table.name}.{col.name} is missing")
+                continue
+            want_t, got_t = _type_name(col.type), _type_name(got["type"])
+            if want_t != got_t:
+                problems.append(f"{table.name}.{col.name} is {got_t}, expected {want_t}")
+            if bool(got["nullable"]) != bool(col.nullable):
+                want_null = "NULL" if col.nullable else "NOT NULL"
+                problems.append(f"{table.name}.{col.name} should be {want_null}")
+            want_d, got_d = _norm_default(col.server_default), _norm_default(got.get("default"))
+            if want_d != got_d:
+                problems.append(f"{table.name}.{col.name} default is {got_d}, expected {want_d}")
+        for extra in actual_cols:
+            problems.append(f"{table.name}.{extra} is not part of the schema")
+        pk = inspector.get_pk_constraint(table.name)
+        want_pk = [c.name for c in table.primary_key.columns]
+        if list(pk.get("constrained_columns") or []) != want_pk or pk.get("name") != (
+            table.primary_key.name
+        ):
+            problems.append(
+                f"{table.name} primary key is {pk.get('name')}{tuple(pk.get('constrained_columns') or [])}"
+                f", expected {table.primary_key.name}{tuple(want_pk)}"
+            )
+        actual_idx = {
+            str(i["name"]): (
+                tuple(str(c) for c in i["column_names"]),
+                bool(i["unique"]),
+                _norm_where(i.get("dialect_options", {}).get("postgresql_where")),
+            )
+            for i in inspector.get_indexes(table.name)
+        }
+        for name, want in _declared_indexes(table).items():
+            got_idx = actual_idx.pop(name, None)
+            if got_idx is None:
+                problems.append(f"index {name} on {table.name} is missing")
+            elif got_idx != want:
+                problems.append(f"index {name} on {table.name} is {got_idx}, expected {want}")
+        for name in actual_idx:
+            problems.append(f"index {name} on {table.name} is not part of the schema")
+    if schema.lock.name in tables:
+        rows = conn.execute(sa.select(schema.lock.c.id)).scalars().all()
+        if list(rows) != [1]:
+            problems.append(f"{schema.lock.name} must hold exactly the row ID=1, holds {rows}")
+    return problems
+
+
+def check(engine: Engine, prefix: str = "") -> list[str]:
+    """Differences between the database and this mqstore: revision first, then schema drift."""
+    with engine.connect() as conn:
+        problems: list[str] = []
+        try:
+            require_head(conn, prefix)
+        except SchemaVersionError as exc:
+            problems.append(str(exc))
+        problems.extend(schema_differences(conn, prefix))
+        return problems
+
+
+@dataclass
+class TableStatus:
+    """Rows per table, for the CLI's status print."""
+
+    name: str
+    exists: bool
+    rows: int | None
+    detail: str = ""
+
+
+def table_status(engine: Engine, prefix: str = "") -> list[TableStatus]:
+    """Row counts of the three ActiveMQ tables and the lock holder."""
+    schema = build_schema(prefix)
+    out: list[TableStatus] = []
+    with engine.connect() as conn:
+        tables = _existing_tables(conn)
+        for table in (schema.msgs, schema.acks, schema.lock):
+            if table.name not in tables:
+                out.append(TableStatus(table.name, False, None))
+                continue
+            rows = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+            detail = ""
+            if table is schema.lock:
+                row = conn.execute(sa.select(table.c.time, table.c.broker_name)).first()
+                if row is not None:
+                    detail = f"holder={row.broker_name} lease_until={row.time}"
+            out.append(TableStatus(table.name, True, int(rows), detail))
+    return out
+
+
+# ---------------------------------------------------------------- adopt
+
+#: ActiveMQ 5.17's columns on PostgreSQL: name -> (type, nullable).
+ACTIVEMQ_COLUMNS: dict[str, dict[str, tuple[str, bool]]] = {
+    "ACTIVEMQ_MSGS": {
+        "id": ("BIGINT", False),
+        "container": ("VARCHAR(250)", False),
+        "msgid_prod": ("VARCHAR(250)", True),
+        "msgid_seq": ("BIGINT", True),
+        "expiration": ("BIGINT", True),
+        "msg": ("BYTEA", True),
+        "priority": ("BIGINT", True),
+        "xid": ("VARCHAR(250)", True),
+    },
+    "ACTIVEMQ_ACKS": {
+        "container": ("VARCHAR(250)", False),
+        "sub_dest": ("VARCHAR(250)", True),
+        "client_id": ("VARCHAR(250)", False),
+        "sub_name": ("VARCHAR(250)", False),
+        "selector": ("VARCHAR(250)", True),
+        "last_acked_id": ("BIGINT", True),
+        "priority": ("BIGINT", False),
+        "xid": ("VARCHAR(250)", True),
+    },
+    "ACTIVEMQ_LOCK": {
+        "id": ("BIGINT", False),
+        "time": ("BIGINT", True),
+        "broker_name": ("VARCHAR(250)", True),
+    },
+}
+
+
+@dataclass
+class AdoptReport:
+    """What ``adopt`` did."""
+
+    actions: list[str] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+def _verify_activemq_tables(conn: Connection, prefix: str) -> list[str]:
+    inspector = sa.inspect(conn)
+    tables = set(inspector.get_table_names())
+    problems: list[str] = []
+    for base, columns in ACTIVEMQ_COLUMNS.items():
+        name = table_name(prefix, base)
+        if name not in tables:
+            problems.append(f"table {name} is missing")
+            continue
+        actual = {c["name"]: c for c in inspector.get_columns(name)}
+        for col, (want_type, nullable) in columns.items():
+            got = actual.get(col)
+            if got is None:
+                problems.append(f"{name}.{col} is missing")
+                continue
+            got_type = _type_name(got["type"])
+            if got_type != want_type:
+                problems.append(f"{name}.{col} is {got_type}, ActiveMQ's is {want_type}")
+            if bool(got["nullable"]) != nullable:
+                problems.append(f"{name}.{col} nullability differs from ActiveMQ's")
+        for extra in set(actual) - set(columns):
+            problems.append(f"{name}.{extra} is not an ActiveMQ column")
+    return problems
+
+
+def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
+    """Take over tables a real ActiveMQ broker created, keeping every row.
+
+    Verifies every column, moves the ACKS primary key to (CONTAINER, CLIENT_ID, SUB_NAME,
+    PRIORITY) under a prefixed name, adds any missing ActiveMQ index and mqstore's indexes,
+    ensures the lock row, and stamps the baseline revision, then upgrades to head. All in one
+    transaction: on any refusal nothing changes.
+    """
+    schema = build_schema(prefix)
+    report = AdoptReport()
+    with engine.begin() as conn:
+        tables = _existing_tables(conn)
+        if current_revision(conn, prefix) is not None:
+            raise SchemaError(
+                f"this database is already managed by mqstore (prefix {prefix!r}); "
+                "use `mqstore db check` or `mqstore db upgrade`"
+            )
+        present = [t for t in schema.activemq_tables if t in tables]
+        if not present:
+            raise NotActiveMQSchemaError(
+                f"no ActiveMQ tables found (looked for {', '.join(schema.activemq_tables)}); "
+                "for an empty database run `mqstore db upgrade`, or pass the broker's "
+                "--table-prefix"
+            )
+        problems = _verify_activemq_tables(conn, prefix)
+        if problems:
+            raise NotActiveMQSchemaError(
+                "these tables are not ActiveMQ 5.x JDBC store tables, nothing was changed: "
+                + "; ".join(problems)
+            )
+        _fix_acks_key(conn, schema, report)
+        _ensure_indexes(conn, schema, report)
+        lock_rows = conn.execute(sa.select(schema.lock.c.id)).scalars().all()
+        if 1 not in lock_rows:
+            conn.execute(sa.insert(schema.lock).values(id=1))
+            report.actions.append(f"inserted the lock row into {schema.lock.name}")
+        command.stamp(alembic_config(prefix, conn), BASELINE_REVISION)
+        report.actions.append(f"stamped revision {BASELINE_REVISION}")
+        command.upgrade(alembic_config(prefix, conn), "head")
+        for table in (schema.msgs, schema.acks, schema.lock):
+            count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+            report.rows[table.name] = int(count)
+    return report
+
+
+def _fix_acks_key(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:
+    acks = schema.acks
+    pk = sa.inspect(conn).get_pk_constraint(acks.name)
+    want_cols = [c.name for c in acks.primary_key.columns]
+    name = pk.get("name")
+    cols = list(pk.get("constrained_columns") or [])
+    if cols == want_cols and name == acks.primary_key.name:
+        return
+    if name:
+        conn.execute(sa.text(f'ALTER TABLE {acks.name} DROP CONSTRAINT "{name}"'))
+    conn.execute(
+        sa.text(
+            f"ALTER TABLE {acks.name} ADD CONSTRAINT {acks.primary_key.name} "
+            f"PRIMARY KEY ({', '.join(want_cols)})"
+        )
+    )
+    report.actions.append(
+        f"{acks.name}: primary key {name}{tuple(cols)} -> {acks.primary_key.name}{tuple(want_cols)}"
+    )
+
+
+def _ensure_indexes(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:
+    msgs = schema.msgs
+    dups = conn.execute(
+        sa.select(msgs.c.container, msgs.c.msgid_prod, msgs.c.msgid_seq, sa.func.count())
+        .group_by(msgs.c.container, msgs.c.msgid_prod, msgs.c.msgid_seq)
+        .having(sa.func.count() > 1)
+        .limit(5)
+    ).all()
+    if dups:
+        listed = ", ".join(f"{d[0]} {d[1]}:{d[2]} x{d[3]}" for d in dups)
+        raise SchemaError(
+            f"{msgs.name} holds duplicate JMS message ids in one destination ({listed}); "
+            "remove the duplicates, then run adopt again. Nothing was changed."
+        )
+    for table in (schema.msgs, schema.acks):
+        existing = {str(i["name"]) for i in sa.inspect(conn).get_indexes(table.name)}
+        for index in table.indexes:
+            if index.name not in existing:
+                index.create(conn)
+                report.actions.append(f"created index {index.name}")

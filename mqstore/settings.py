@@ -1,0 +1,90 @@
+"""One typed settings object for every part of mqstore (environment prefix ``MQSTORE_``).
+
+CLI flags mirror these fields; a flag given on the command line wins over the environment.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from mqstore.errors import ConfigError
+
+_PREFIX_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,30}$")
+
+
+class Settings(BaseSettings):
+    """Everything mqstore can be configured with.
+
+    ``dsn`` unset means: start an embedded PostgreSQL under ``data_dir`` (``mqstore serve``
+    and ``mqstore db`` do that; library users pass a DSN).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MQSTORE_", extra="forbid")
+
+    dsn: str | None = Field(default=None, description="PostgreSQL DSN (postgresql://...)")
+    data_dir: Path = Field(default=Path("mqstore-data"), description="embedded PostgreSQL and journal")
+    table_prefix: str = Field(default="", description="ActiveMQ tablePrefix, e.g. BRK1_")
+    broker_name: str = Field(default_factory=lambda: f"mqstore-{socket.gethostname()}")
+
+    lock: Literal["lease", "row", "none"] = "lease"
+    lease_ms: int = Field(default=10_000, gt=0, description="ActiveMQ lockAcquireSleepInterval")
+    renew_ms: int = Field(default=5_000, gt=0, description="ActiveMQ lockKeepAlivePeriod")
+    lock_max_clock_diff_ms: int = Field(
+        default=0, ge=0, description="ActiveMQ maxAllowableDiffFromDBTime; >0 uses the DB clock"
+    )
+
+    prioritized_messages: bool = False
+    cleanup_interval_s: float = Field(default=60.0, ge=0, description="0 disables cleanup")
+    cleanup_batch: int = Field(default=1000, gt=0)
+    expiry_batch: int = Field(default=1000, gt=0)
+    max_message_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+
+    journal: bool = True
+    journal_dir: Path | None = None
+    journal_sync: str = "always"
+    journal_segment_mb: int = Field(default=64, gt=0)
+    checkpoint_interval_ms: int = Field(default=1000, gt=0)
+    checkpoint_max_pending_mb: int = Field(default=256, gt=0)
+
+    @field_validator("table_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if value and not _PREFIX_RE.match(value):
+            raise ValueError(
+                "table prefix must start with a letter and hold only letters, digits and '_' "
+                "(at most 31 characters), e.g. BRK1_"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_lease(self) -> Settings:
+        if self.lock == "lease" and self.renew_ms >= self.lease_ms:
+            raise ValueError(
+                f"renew_ms ({self.renew_ms}) must be shorter than lease_ms ({self.lease_ms}), "
+                "or the lease lapses between renewals; e.g. lease_ms=10000 renew_ms=5000"
+            )
+        return self
+
+    @property
+    def resolved_journal_dir(self) -> Path:
+        """Where the journal lives: ``journal_dir`` or ``data_dir/journal``."""
+        return self.journal_dir if self.journal_dir is not None else self.data_dir / "journal"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment plus explicit overrides (``None`` means not given)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None

@@ -1,0 +1,176 @@
+"""Real PostgreSQL for every test that needs one.
+
+The server: ``MQSTORE_TEST_DSN`` when set; else a testcontainers PostgreSQL when a Docker
+engine answers; else a throwaway server from the ``pgserver`` package's PostgreSQL binaries.
+Each test gets its own database: a clone of a template migrated once per session.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from psycopg import sql
+from sqlalchemy.engine import Engine, make_url
+
+from mqstore import migrate
+from mqstore.db import create_engine, libpq_dsn
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("MQSTORE_SHARED_DIR", REPO.parent / "shared"))
+FIXTURES = SHARED / "fixtures" / "activemq-5.17-pg"
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> Iterator[str]:
+    """A DSN with rights to create databases on a real PostgreSQL server."""
+    env_dsn = os.environ.get("MQSTORE_TEST_DSN")
+    if env_dsn:
+        yield env_dsn
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:15", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    import pgserver
+
+    tmp = Path(tempfile.mkdtemp(prefix="mqs-pg-", dir="/tmp"))
+    server = pgserver.get_server(tmp, cleanup_mode="delete")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_counter = itertools.count()
+_RUN_TAG = f"{os.getpid()}"
+
+
+class Databases:
+    """Creates and drops per-test databases on the session's server."""
+
+    def __init__(self, admin_dsn: str) -> None:
+        self.admin_dsn = libpq_dsn(admin_dsn)
+        self.url = make_url(admin_dsn)
+        self.created: list[str] = []
+        self.template: str | None = None
+
+    def _admin(self) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(self.admin_dsn, autocommit=True)
+
+    def dsn_for(self, name: str) -> str:
+        return self.url.set(drivername="postgresql+psycopg", database=name).render_as_string(
+            hide_password=False
+        )
+
+    def create(self, template: str | None = None) -> str:
+        name = f"mqs_t{_RUN_TAG}_{next(_counter)}"
+        with self._admin() as conn:
+            if template:
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                        sql.Identifier(name), sql.Identifier(template)
+                    )
+                )
+            else:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        self.created.append(name)
+        return name
+
+    def migrated_template(self) -> str:
+        if self.template is None:
+            name = self.create()
+            engine = create_engine(self.dsn_for(name))
+            migrate.upgrade(engine)
+            engine.dispose()
+            self.template = name
+        return self.template
+
+    def drop(self, name: str) -> None:
+        with self._admin() as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+    def drop_all(self) -> None:
+        for name in reversed(self.created):
+            self.drop(name)
+
+
+@pytest.fixture(scope="session")
+def databases(pg_admin_dsn: str) -> Iterator[Databases]:
+    dbs = Databases(pg_admin_dsn)
+    yield dbs
+    dbs.drop_all()
+
+
+@pytest.fixture
+def empty_dsn(databases: Databases) -> str:
+    """A DSN of a fresh, empty database (no tables)."""
+    return databases.dsn_for(databases.create())
+
+
+@pytest.fixture
+def dsn(databases: Databases) -> str:
+    """A DSN of a fresh database migrated to head (default prefix)."""
+    return databases.dsn_for(databases.create(template=databases.migrated_template()))
+
+
+@pytest.fixture
+def engine(dsn: str) -> Iterator[Engine]:
+    eng = create_engine(dsn)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def empty_engine(empty_dsn: str) -> Iterator[Engine]:
+    eng = create_engine(empty_dsn)
+    yield eng
+    eng.dispose()
+
+
+def load_activemq_fixture(engine: Engine, *, with_rows: bool = True) -> None:
+    """Load the schema (and rows) a real ActiveMQ 5.17 broker wrote into ``engine``'s database."""
+    parts = [FIXTURES / "schema.sql"] + ([FIXTURES / "data.sql"] if with_rows else [])
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        for part in parts:
+            cur.execute(part.read_text())
+            cur.execute("SELECT pg_catalog.set_config('search_path', 'public', false)")
+        raw.commit()
+    finally:
+        raw.close()
+
+
+@pytest.fixture
+def activemq_engine(empty_engine: Engine) -> Engine:
+    """A database holding exactly the ActiveMQ 5.17 fixture schema and rows."""
+    load_activemq_fixture(empty_engine)
+    return empty_engine
+
+
+def count_rows(engine: Engine, table: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())

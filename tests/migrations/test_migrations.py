@@ -1,0 +1,183 @@
+"""Migrations from zero equal the declared schema and ActiveMQ 5.17's column contract."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from mqstore import migrate
+from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
+from mqstore.schema import build_schema
+from tests.conftest import FIXTURES, REPO, count_rows, load_activemq_fixture
+
+
+def _columns(engine: Engine, table: str) -> dict[str, tuple[str, bool, str | None]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT column_name, data_type, character_maximum_length, is_nullable, "
+                "column_default FROM information_schema.columns WHERE table_name = :t"
+            ),
+            {"t": table},
+        ).all()
+    return {
+        r[0]: (f"{r[1]}({r[2]})" if r[2] else r[1], r[3] == "YES", r[4]) for r in rows
+    }
+
+
+def _fixture_columns() -> dict[str, dict[str, tuple[str, bool, str | None]]]:
+    """Parse ActiveMQ's own CREATE TABLEs from the fixture dump."""
+    text = (FIXTURES / "schema.sql").read_text()
+    out: dict[str, dict[str, tuple[str, bool, str | None]]] = {}
+    for table, body in re.findall(r"CREATE TABLE public\.(\w+) \((.*?)\n\);", text, re.S):
+        cols: dict[str, tuple[str, bool, str | None]] = {}
+        for line in body.strip().splitlines():
+            m = re.match(r'\s*"?(\w+)"? (bigint|bytea|character varying\((\d+)\))(.*?),?$', line)
+            assert m, line
+            kind = m.group(2).replace("character varying", "character varying")
+            default = re.search(r"DEFAULT (\S+)", m.group(4))
+            cols[m.group(1)] = (kind, "NOT NULL" not in m.group(4), default and default.group(1))
+        out[table] = cols
+    return out
+
+
+def test_upgrade_from_zero_matches_declared_schema(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    assert migrate.check(empty_engine) == []
+
+
+def test_upgrade_yields_activemq_column_contract(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    for table, want in _fixture_columns().items():
+        got = _columns(empty_engine, table)
+        assert set(got) == set(want), table
+        for name, (kind, nullable, default) in want.items():
+            assert got[name][0] == kind, (table, name)
+            assert got[name][1] == nullable, (table, name)
+            assert (got[name][2] or None) == default, (table, name)
+
+
+def test_keys_indexes_and_lock_row(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    insp = sa.inspect(empty_engine)
+    pk = insp.get_pk_constraint("activemq_acks")
+    assert pk["constrained_columns"] == ["container", "client_id", "sub_name", "priority"]
+    assert pk["name"] == "activemq_acks_pkey"
+    msgs_idx = {i["name"]: i["column_names"] for i in insp.get_indexes("activemq_msgs")}
+    # ActiveMQ's own indexes, exactly as in the fixture dump:
+    for name, cols in re.findall(
+        r"CREATE INDEX (activemq_msgs_\w+) ON public.activemq_msgs USING btree \(([^)]*)\)",
+        (FIXTURES / "schema.sql").read_text(),
+    ):
+        assert msgs_idx[name] == [c.strip() for c in cols.split(",")]
+    with empty_engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT id, time, broker_name FROM activemq_lock")).all() == [
+            (1, None, None)
+        ]
+
+
+def test_downgrade_to_base_leaves_no_table(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    migrate.downgrade(empty_engine)
+    tables = set(sa.inspect(empty_engine).get_table_names())
+    assert tables <= {"mqstore_version"}
+    with empty_engine.connect() as conn:
+        assert migrate.current_revision(conn) is None
+
+
+def test_upgrade_downgrade_upgrade_is_clean(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    migrate.downgrade(empty_engine)
+    migrate.upgrade(empty_engine)
+    assert migrate.check(empty_engine) == []
+
+
+def test_two_prefixes_coexist(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine, prefix="BRK1_")
+    migrate.upgrade(empty_engine, prefix="BRK2_")
+    migrate.upgrade(empty_engine)
+    for prefix in ("BRK1_", "BRK2_", ""):
+        assert migrate.check(empty_engine, prefix) == []
+    tables = set(sa.inspect(empty_engine).get_table_names())
+    assert {"brk1_activemq_msgs", "brk2_activemq_acks", "activemq_lock"} <= tables
+    migrate.downgrade(empty_engine, prefix="BRK1_")
+    assert "brk1_activemq_msgs" not in set(sa.inspect(empty_engine).get_table_names())
+    assert migrate.check(empty_engine, "BRK2_") == []
+
+
+def test_check_lists_each_difference(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("DROP INDEX activemq_msgs_cpidx"))
+        conn.execute(sa.text("ALTER TABLE activemq_acks ADD COLUMN extra int"))
+    problems = migrate.check(empty_engine)
+    assert any("activemq_msgs_cpidx" in p and "missing" in p for p in problems)
+    assert any("activemq_acks.extra" in p for p in problems)
+
+
+def test_check_reports_missing_schema(empty_engine: Engine) -> None:
+    problems = migrate.check(empty_engine)
+    assert any("mqstore db upgrade" in p for p in problems)
+    with empty_engine.connect() as conn, pytest.raises(SchemaVersionError):
+        migrate.require_head(conn)
+
+
+def test_adopt_activemq_fixture_keeps_every_row(empty_engine: Engine) -> None:
+    load_activemq_fixture(empty_engine)
+    with empty_engine.connect() as conn:
+        before = {
+            t: conn.execute(sa.text(f"SELECT * FROM {t} ORDER BY 1, 2")).all()
+            for t in ("activemq_msgs", "activemq_acks", "activemq_lock")
+        }
+    report = migrate.adopt(empty_engine)
+    assert report.rows == {"activemq_msgs": 17, "activemq_acks": 2, "activemq_lock": 1}
+    with empty_engine.connect() as conn:
+        for table, rows in before.items():
+            assert conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY 1, 2")).all() == rows
+    assert migrate.check(empty_engine) == []
+
+
+def test_upgrade_refuses_unadopted_activemq_tables(empty_engine: Engine) -> None:
+    load_activemq_fixture(empty_engine)
+    with pytest.raises(SchemaError, match="mqstore db adopt"):
+        migrate.upgrade(empty_engine)
+
+
+def test_adopt_refuses_non_activemq_tables_and_changes_nothing(empty_engine: Engine) -> None:
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE activemq_msgs (id int primary key, body text)"))
+        conn.execute(sa.text("INSERT INTO activemq_msgs VALUES (1, 'x')"))
+    with pytest.raises(NotActiveMQSchemaError, match="nothing was changed"):
+        migrate.adopt(empty_engine)
+    assert set(sa.inspect(empty_engine).get_table_names()) == {"activemq_msgs"}
+    assert count_rows(empty_engine, "activemq_msgs") == 1
+
+
+def test_adopt_refuses_an_empty_database(empty_engine: Engine) -> None:
+    with pytest.raises(NotActiveMQSchemaError, match="mqstore db upgrade"):
+        migrate.adopt(empty_engine)
+
+
+def test_alembic_cli_from_repo_root(empty_dsn: str) -> None:
+    env = {"MQSTORE_DSN": empty_dsn, "PATH": "/usr/bin:/bin"}
+    alembic = [sys.executable, "-m", "alembic"]
+    up = subprocess.run([*alembic, "upgrade", "head"], cwd=REPO, env=env, capture_output=True)
+    assert up.returncode == 0, up.stderr.decode()
+    engine = sa.create_engine(empty_dsn.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        assert migrate.check(engine) == []
+        down = subprocess.run(
+            [*alembic, "-x", f"dsn={empty_dsn}", "downgrade", "base"],
+            cwd=REPO,
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+        )
+        assert down.returncode == 0, down.stderr.decode()
+        assert build_schema().msgs.name not in sa.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
