@@ -1,0 +1,86 @@
+"""mqstore's local write-ahead journal.
+
+The log layer (this package's ``records``, ``format``, ``segments``, ``writer``, ``reader``
+and ``maintenance`` modules) stores atomic batches of store operations in CRC-protected
+records inside numbered segment files, with group-commit durability::
+
+    with Journal.open(directory, sync_policy="always") as journal:
+        for end, ops in journal.recover(after=last_checkpoint):
+            ...  # replay
+        end = journal.append([AddMessage(...), RemoveMessages(...)])  # durable on return
+        journal.release(checkpoint_position)  # drop segments wholly behind a checkpoint
+
+``journal`` never imports ``mqstore``.
+"""
+
+from __future__ import annotations
+
+from journal.errors import (
+    JournalClosedError,
+    JournalCorruptError,
+    JournalDecodeError,
+    JournalError,
+    JournalFullError,
+    JournalLockedError,
+    JournalRecordTooLargeError,
+)
+from journal.format import MAX_PAYLOAD, RECORD_BATCH, RECORD_CHECKPOINT, Position
+from journal.maintenance import InspectReport, Problem, RepairPlan, SegmentInfo, inspect, repair
+from journal.reader import RecoveryReport, read_records
+from journal.records import (
+    AckSubscription,
+    AddMessage,
+    AddSubscription,
+    CheckpointMark,
+    DeleteSubscription,
+    Op,
+    PurgeDestination,
+    RemoveMessages,
+    UpdateMessage,
+    XaCommit,
+    XaPrepare,
+    XaRollback,
+    decode_batch,
+    encode_batch,
+)
+from journal.writer import DEFAULT_SEGMENT_SIZE, Journal, JournalStats, SyncPolicy
+
+__all__ = [
+    "DEFAULT_SEGMENT_SIZE",
+    "MAX_PAYLOAD",
+    "RECORD_BATCH",
+    "RECORD_CHECKPOINT",
+    "AckSubscription",
+    "AddMessage",
+    "AddSubscription",
+    "CheckpointMark",
+    "DeleteSubscription",
+    "InspectReport",
+    "Journal",
+    "JournalClosedError",
+    "JournalCorruptError",
+    "JournalDecodeError",
+    "JournalError",
+    "JournalFullError",
+    "JournalLockedError",
+    "JournalRecordTooLargeError",
+    "JournalStats",
+    "Op",
+    "Position",
+    "Problem",
+    "PurgeDestination",
+    "RecoveryReport",
+    "RemoveMessages",
+    "RepairPlan",
+    "SegmentInfo",
+    "SyncPolicy",
+    "UpdateMessage",
+    "XaCommit",
+    "XaPrepare",
+    "XaRollback",
+    "decode_batch",
+    "encode_batch",
+    "inspect",
+    "read_records",
+    "repair",
+]

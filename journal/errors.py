@@ -1,0 +1,65 @@
+"""Exceptions raised by the journal log layer.
+
+The journal package is self-contained; mqstore may subclass or re-export these.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "JournalClosedError",
+    "JournalCorruptError",
+    "JournalDecodeError",
+    "JournalError",
+    "JournalFullError",
+    "JournalLockedError",
+    "JournalRecordTooLargeError",
+]
+
+
+class JournalError(Exception):
+    """Base class of every journal error."""
+
+
+class JournalCorruptError(JournalError):
+    """A record or segment that cannot be a torn tail is damaged.
+
+    The journal refuses to open: acknowledged writes may be behind the damage, so
+    silently dropping them is not allowed. ``repair`` truncates at the damage.
+    """
+
+    def __init__(self, segment: Path | str, offset: int, reason: str) -> None:
+        self.segment = Path(segment)
+        self.offset = offset
+        self.reason = reason
+        directory = self.segment.parent
+        super().__init__(
+            f"journal segment {self.segment} is corrupt at offset {offset}: {reason}. "
+            f"The journal refuses to start. See what would be lost with "
+            f"`mqstore journal repair --dry-run {directory}`, then, after reading it, run "
+            f"`mqstore journal repair {directory}` to truncate the journal at the damage."
+        )
+
+    def __reduce__(self) -> tuple[type[JournalCorruptError], tuple[Path, int, str]]:
+        return (type(self), (self.segment, self.offset, self.reason))
+
+
+class JournalDecodeError(JournalError, ValueError):
+    """A payload (with a valid CRC) does not decode as a batch of operations."""
+
+
+class JournalClosedError(JournalError):
+    """The journal was closed (or failed) and cannot accept appends."""
+
+
+class JournalFullError(JournalError):
+    """The file system holding the journal is out of space; the record was not written."""
+
+
+class JournalLockedError(JournalError):
+    """Another process (or another open in this process) holds the journal directory lock."""
+
+
+class JournalRecordTooLargeError(JournalError, ValueError):
+    """A single record exceeds the hard size limit of the format."""

@@ -1,0 +1,328 @@
+"""Reading the log: frame walking, whole-log validation, torn-tail recovery and replay.
+
+Torn tail vs. corruption: only the end of the *last* segment can hold a record that was
+being written when the process or machine stopped, and such a record was never
+acknowledged. In the last segment these are a torn tail and are truncated on open:
+
+* an incomplete frame header, or a frame whose length runs past the end of the file;
+* a frame that fits but has a bad CRC (or type) and only zero bytes, if any, after it;
+* zero bytes (preallocated or zero-filled space) up to the end of the file;
+* a last segment shorter than its header or with an all-zero header (crash while creating it).
+
+Anything else (a bad frame with valid-looking data after it, any bad frame in an earlier
+segment, a bad segment header, a gap in segment numbers) is corruption: acknowledged records
+may be affected, so :class:`~journal.errors.JournalCorruptError` is raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from journal.errors import JournalCorruptError, JournalDecodeError, JournalError
+from journal.format import (
+    FRAME_CRC,
+    FRAME_HEAD,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    MAX_PAYLOAD,
+    RECORD_TYPES,
+    Position,
+    UnsupportedFormatError,
+    decode_header,
+    frame_crc,
+)
+from journal.records import Op, decode_batch
+from journal.segments import list_segments
+
+__all__ = [
+    "Damage",
+    "Frame",
+    "FrameWalker",
+    "LogScan",
+    "RecoveryReport",
+    "SegmentScan",
+    "read_records",
+    "recover_tail",
+    "scan_log",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One valid record in a segment: byte range, type and (unparsed) payload."""
+
+    start: int
+    end: int
+    record_type: int
+    payload: memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """The first invalid bytes of a segment (``torn``: qualifies as a torn tail)."""
+
+    segment: int
+    path: Path
+    offset: int
+    size: int
+    reason: str
+    torn: bool
+    header: bool = False
+
+    @property
+    def bytes_after(self) -> int:
+        """Bytes from the damage to the end of the segment file."""
+        return self.size - self.offset
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What ``Journal.open`` dropped from a torn tail (only unacknowledged writes)."""
+
+    segment: int
+    path: Path
+    offset: int
+    dropped_bytes: int
+    reason: str
+    removed_file: bool = False
+
+    def __str__(self) -> str:
+        what = "removed the segment file" if self.removed_file else f"truncated at {self.offset}"
+        return (
+            f"journal torn tail in {self.path}: {what}, dropped {self.dropped_bytes} "
+            f"bytes ({self.reason}); only unacknowledged writes can be there"
+        )
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    """Validation result of one segment."""
+
+    number: int
+    path: Path
+    size: int
+    records: int = 0
+    first: Position | None = None
+    last: Position | None = None
+    end: Position | None = None
+    damage: Damage | None = None
+
+
+@dataclass(slots=True)
+class LogScan:
+    """Validation result of a whole journal directory (stops at the first damage)."""
+
+    segments: list[SegmentScan] = field(default_factory=list)
+    damage: Damage | None = None
+    unscanned: list[tuple[int, Path]] = field(default_factory=list)
+
+    @property
+    def end(self) -> Position | None:
+        """End of the last valid record (header end of an empty last segment)."""
+        for seg in reversed(self.segments):
+            if seg.end is not None:
+                return seg.end
+        return None
+
+
+def _all_zero(view: memoryview) -> bool:
+    return not bytes(view).strip(b"\x00")
+
+
+class FrameWalker:
+    """Iterate the valid frames of a segment's bytes; ``problem`` is set where it stops.
+
+    ``problem`` is ``(offset, reason, torn_shaped)``; torn-shaped damage is a torn tail if
+    the segment is the last one.
+    """
+
+    def __init__(self, view: memoryview, start: int = HEADER_SIZE) -> None:
+        self.view = view
+        self.start = start
+        self.problem: tuple[int, str, bool] | None = None
+
+    def __iter__(self) -> Iterator[Frame]:
+        view, pos, size = self.view, self.start, len(self.view)
+        while pos < size:
+            if size - pos < FRAME_OVERHEAD:
+                self.problem = (pos, f"incomplete record header ({size - pos} bytes)", True)
+                return
+            length, rtype = FRAME_HEAD.unpack_from(view, pos)
+            end = pos + FRAME_OVERHEAD + length
+            if length == 0 and rtype == 0 and _all_zero(view[pos:]):
+                self.problem = (pos, f"{size - pos} zero bytes", True)
+                return
+            if end > size:
+                self.problem = (pos, f"record of {length} bytes runs past end of file", True)
+                return
+            reason = None
+            if rtype not in RECORD_TYPES:
+                reason = f"unknown record type {rtype}"
+            elif length > MAX_PAYLOAD:
+                reason = f"record length {length} exceeds the format limit"
+            else:
+                (stored,) = FRAME_CRC.unpack_from(view, end - FRAME_CRC.size)
+                payload = view[pos + FRAME_HEAD.size : end - FRAME_CRC.size]
+                if stored != frame_crc(view[pos : pos + FRAME_HEAD.size], payload):
+                    reason = "record checksum (CRC32C) mismatch"
+            if reason is not None:
+                self.problem = (pos, reason, _all_zero(view[end:]))
+                return
+            yield Frame(pos, end, rtype, payload)
+            pos = end
+
+
+def _read(path: Path) -> memoryview:
+    with open(path, "rb") as f:
+        return memoryview(f.read())
+
+
+def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = None) -> LogScan:
+    """Validate every segment of ``directory``, oldest first, stopping at the first damage.
+
+    ``on_frame(segment_number, frame)`` is called for each valid record. Raises
+    :class:`JournalError` for a segment written by an unsupported format version.
+    """
+    scan = LogScan()
+    segments = list_segments(directory)
+    prev: int | None = None
+    for i, (number, path) in enumerate(segments):
+        last = i == len(segments) - 1
+        view = _read(path)
+        seg = SegmentScan(number, path, len(view))
+        scan.segments.append(seg)
+        if prev is not None and number != prev + 1:
+            reason = f"gap in segment numbers: segment {prev} is followed by {number}"
+            seg.damage = Damage(number, path, 0, len(view), reason, torn=False, header=True)
+        else:
+            seg.damage = _check_header(number, path, view, last)
+        if seg.damage is None:
+            seg.end = Position(number, HEADER_SIZE)
+            walker = FrameWalker(view)
+            for frame in walker:
+                seg.records += 1
+                seg.last = Position(number, frame.start)
+                if seg.first is None:
+                    seg.first = seg.last
+                if on_frame is not None:
+                    on_frame(number, frame)
+            seg.end = Position(number, _end_of(walker, seg))
+            if walker.problem is not None:
+                offset, reason, torn = walker.problem
+                seg.damage = Damage(number, path, offset, len(view), reason, torn and last)
+        prev = number
+        if seg.damage is not None:
+            scan.damage = seg.damage
+            scan.unscanned = segments[i + 1 :]
+            break
+    return scan
+
+
+def _end_of(walker: FrameWalker, seg: SegmentScan) -> int:
+    if walker.problem is not None:
+        return walker.problem[0]
+    return seg.size
+
+
+def _check_header(number: int, path: Path, view: memoryview, last: bool) -> Damage | None:
+    size = len(view)
+    try:
+        found = decode_header(view[:HEADER_SIZE])
+    except UnsupportedFormatError as exc:
+        raise JournalError(f"journal segment {path}: {exc}; use a matching mqstore") from None
+    except ValueError as exc:
+        torn = last and (size < HEADER_SIZE or _all_zero(view))
+        return Damage(number, path, 0, size, str(exc), torn=torn, header=True)
+    if found != number:
+        reason = f"header says segment {found} but the file name says {number}"
+        return Damage(number, path, 0, size, reason, torn=False, header=True)
+    return None
+
+
+def recover_tail(scan: LogScan) -> RecoveryReport | None:
+    """Truncate a torn tail found by :func:`scan_log` (durably); raise on corruption.
+
+    Returns the report of what was dropped, or ``None`` for a clean log.
+    """
+    damage = scan.damage
+    if damage is None:
+        return None
+    if not damage.torn:
+        raise JournalCorruptError(damage.path, damage.offset, damage.reason)
+    if damage.header:
+        damage.path.unlink()
+        scan.segments.pop()
+        report = RecoveryReport(
+            damage.segment, damage.path, 0, damage.size, damage.reason, removed_file=True
+        )
+    else:
+        fd = os.open(damage.path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, damage.offset)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        scan.segments[-1].size = damage.offset
+        scan.segments[-1].damage = None
+        report = RecoveryReport(
+            damage.segment, damage.path, damage.offset, damage.bytes_after, damage.reason
+        )
+    scan.damage = None
+    log.warning("%s", report)
+    return report
+
+
+def read_records(
+    directory: Path, after: Position | None = None, until: Position | None = None
+) -> Iterator[tuple[Position, list[Op]]]:
+    """Yield ``(end_position, ops)`` for each record ending after ``after``, in log order.
+
+    ``after`` must be a record boundary (an end position returned by ``append``, or the
+    header end of a segment) in an existing segment; ``until`` bounds the read (the writer
+    passes its current end so concurrent appends are not read half-written). Raises
+    :class:`JournalCorruptError` on damage and :class:`JournalError` if ``after`` points
+    into a released segment.
+    """
+    segments = list_segments(directory)
+    if after is not None:
+        if not segments or after.segment < segments[0][0]:
+            raise JournalError(
+                f"journal position {after} is before the oldest segment in {directory}; "
+                f"the records after it were released"
+            )
+        segments = [(n, p) for n, p in segments if n >= after.segment]
+    for number, path in segments:
+        if until is not None and number > until.segment:
+            return
+        view = _read(path)
+        if until is not None and number == until.segment:
+            view = view[: until.offset]
+        damage = _check_header(number, path, view, last=False)
+        if damage is not None:
+            raise JournalCorruptError(path, 0, damage.reason)
+        skip_to = HEADER_SIZE
+        if after is not None and number == after.segment:
+            skip_to = after.offset
+        walker = FrameWalker(view)
+        boundary_ok = skip_to == HEADER_SIZE
+        for frame in walker:
+            if frame.end <= skip_to:
+                boundary_ok = boundary_ok or frame.end == skip_to
+                continue
+            if not boundary_ok:
+                raise JournalError(f"journal position {after} is not a record boundary")
+            try:
+                ops = decode_batch(frame.payload)
+            except JournalDecodeError as exc:
+                raise JournalCorruptError(path, frame.start, f"undecodable record: {exc}") from None
+            yield Position(number, frame.end), ops
+        if walker.problem is not None:
+            raise JournalCorruptError(path, walker.problem[0], walker.problem[1])
+        if not boundary_ok:
+            raise JournalError(f"journal position {after} is not a record boundary")

@@ -1,0 +1,142 @@
+"""Segment files and the journal directory: naming, creation, lock, removal/archival."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from types import TracebackType
+
+from journal.errors import JournalFullError, JournalLockedError
+from journal.format import SEGMENT_NAME_RE, encode_header, segment_file_name
+
+__all__ = [
+    "LOCK_FILE_NAME",
+    "DirectoryLock",
+    "create_segment",
+    "fsync_directory",
+    "list_segments",
+    "remove_segments",
+    "segment_path",
+]
+
+LOCK_FILE_NAME = "lock"
+
+
+def segment_path(directory: Path, number: int) -> Path:
+    """Path of segment ``number`` in ``directory``."""
+    return directory / segment_file_name(number)
+
+
+def list_segments(directory: Path) -> list[tuple[int, Path]]:
+    """Segments in ``directory`` as ``(number, path)``, oldest first; other files ignored."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            match = SEGMENT_NAME_RE.match(entry.name)
+            if match and entry.is_file():
+                found.append((int(match.group(1)), Path(entry.path)))
+    found.sort()
+    return found
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make file creations, renames and removals in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_segment(directory: Path, number: int) -> int:
+    """Create segment ``number`` with its header, durably; return a write descriptor.
+
+    The header and the directory entry are fsynced before returning, so a segment that
+    holds records always has a valid header after a crash.
+    """
+    path = segment_path(directory, number)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        header = encode_header(number)
+        if os.pwrite(fd, header, 0) != len(header):
+            raise OSError(errno.EIO, f"short write of the header of {path}")
+        os.fsync(fd)
+        fsync_directory(directory)
+    except OSError as exc:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        if exc.errno == errno.ENOSPC:
+            raise JournalFullError(f"no space left to create journal segment {path}") from exc
+        raise
+    return fd
+
+
+def remove_segments(paths: list[Path], archive_dir: Path | None = None) -> None:
+    """Delete segment files, or move them into ``archive_dir`` when it is given."""
+    if not paths:
+        return
+    if archive_dir is not None:
+        archive_dir.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            shutil.move(path, archive_dir / path.name)
+        fsync_directory(archive_dir)
+    else:
+        for path in paths:
+            path.unlink(missing_ok=True)
+    fsync_directory(paths[0].parent)
+
+
+class DirectoryLock:
+    """Exclusive ``flock`` on ``DIR/lock``: one writer (or repair) per journal directory.
+
+    ``flock`` locks belong to the open file description, so a second open in the same
+    process conflicts too. The holder's pid is written into the file for the error message.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fd: int | None = None
+
+    def acquire(self) -> DirectoryLock:
+        """Take the lock or raise :class:`JournalLockedError` naming the directory."""
+        path = self.directory / LOCK_FILE_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise JournalLockedError(
+                f"journal directory {self.directory} is locked by another process "
+                f"(pid {holder}) or another open journal in this process; stop it first, "
+                f"two writers must never share a journal"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Release the lock (closing the descriptor releases the flock)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

@@ -1,0 +1,453 @@
+"""The durable journal writer: append with group commit, rotation, release, stats."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from journal.errors import (
+    JournalClosedError,
+    JournalError,
+    JournalFullError,
+    JournalRecordTooLargeError,
+)
+from journal.format import FRAME_OVERHEAD, HEADER_SIZE, MAX_PAYLOAD, Position, frame_ops
+from journal.reader import RecoveryReport, read_records, recover_tail, scan_log
+from journal.records import Op
+from journal.segments import DirectoryLock, create_segment, remove_segments, segment_path
+
+__all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "JournalStats", "SyncPolicy"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
+MIN_SEGMENT_SIZE = 4096
+_BATCH_RE = re.compile(r"^batch:(\d+(?:\.\d+)?)(ms)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPolicy:
+    """When ``append`` makes a record durable.
+
+    * ``always`` (default): ``append`` returns after ``fdatasync``; concurrent appends share
+      one sync (group commit). No acknowledged record is lost on power failure.
+    * ``batch:N`` / ``batch:Nms``: ``append`` returns after the write to the OS; a background
+      thread syncs every N milliseconds. A process crash loses nothing (the data is in the
+      page cache); a power failure or kernel crash can lose acknowledged records written in
+      the last N ms plus one sync duration.
+    * ``never``: no sync except at rotation and close. For tests and benchmarks only.
+    """
+
+    mode: Literal["always", "batch", "never"]
+    interval_ms: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> SyncPolicy:
+        """Parse ``"always"``, ``"never"``, ``"batch:5"`` or ``"batch:5ms"``."""
+        value = text.strip().lower()
+        if value in ("always", "never"):
+            return cls(value)  # type: ignore[arg-type]
+        match = _BATCH_RE.match(value)
+        if match and float(match.group(1)) > 0:
+            return cls("batch", float(match.group(1)))
+        raise ValueError(
+            f"invalid journal sync policy {text!r}: use 'always', 'batch:<ms>' (e.g. "
+            f"'batch:5ms') or 'never'"
+        )
+
+    def __str__(self) -> str:
+        return f"batch:{self.interval_ms:g}ms" if self.mode == "batch" else self.mode
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStats:
+    """Counters since open, and the current shape of the log."""
+
+    records_appended: int
+    bytes_appended: int
+    fsyncs: int
+    position: Position
+    durable_position: Position
+    segments: int
+    bytes_on_disk: int
+    sync_policy: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (positions as text)."""
+        data = asdict(self)
+        data["position"] = str(self.position)
+        data["durable_position"] = str(self.durable_position)
+        return data
+
+
+class Journal:
+    """An open, locked journal directory. Create with :meth:`Journal.open`.
+
+    Thread-safe. If a write or sync fails with an I/O error, the journal enters a failed
+    state (after a failed fsync the page cache cannot be trusted) and every later call
+    raises; restart the process so recovery re-reads the log. Running out of disk space is
+    the exception: the partial record is cut off again and :class:`JournalFullError` raised.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        lock: DirectoryLock,
+        fd: int,
+        segment: int,
+        offset: int,
+        sealed: dict[int, int],
+        segment_size: int,
+        policy: SyncPolicy,
+        report: RecoveryReport | None,
+    ) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.sync_policy = policy
+        self.recovery_report = report
+        self._dir_lock = lock
+        self._fd = fd
+        self._segment = segment
+        self._offset = offset
+        self._sealed = sealed
+        self._written = self._durable = Position(segment, offset)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._syncing = False
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._records = self._bytes = self._fsyncs = 0
+        self._flusher: threading.Thread | None = None
+        if policy.mode == "batch":
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name=f"journal-flusher:{directory}", daemon=True
+            )
+            self._flusher.start()
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        sync_policy: SyncPolicy | str = "always",
+    ) -> Journal:
+        """Open (creating it if needed) and lock the journal in ``directory``.
+
+        Validates the whole log: a torn tail is truncated (see ``recovery_report``), any
+        other damage raises :class:`JournalCorruptError`. Raises :class:`JournalLockedError`
+        if another process or open journal holds the directory.
+        """
+        path = Path(directory)
+        policy = SyncPolicy.parse(sync_policy) if isinstance(sync_policy, str) else sync_policy
+        if segment_size < MIN_SEGMENT_SIZE:
+            raise ValueError(f"journal segment size must be at least {MIN_SEGMENT_SIZE} bytes")
+        path.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock(path).acquire()
+        try:
+            scan = scan_log(path)
+            report = recover_tail(scan)
+            if scan.segments:
+                last = scan.segments[-1]
+                fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
+                number, offset = last.number, last.size
+                sealed = {s.number: s.size for s in scan.segments[:-1]}
+            else:
+                number, offset, sealed = 1, HEADER_SIZE, {}
+                fd = create_segment(path, number)
+        except BaseException:
+            lock.release()
+            raise
+        if policy.mode == "never":
+            log.warning(
+                "journal %s opened with sync policy 'never': for tests/benchmarks only; "
+                "acknowledged writes can be lost on a crash",
+                path,
+            )
+        return cls(
+            path,
+            lock=lock,
+            fd=fd,
+            segment=number,
+            offset=offset,
+            sealed=sealed,
+            segment_size=segment_size,
+            policy=policy,
+            report=report,
+        )
+
+    # -- appending ---------------------------------------------------------------------
+
+    def append(self, ops: Sequence[Op]) -> Position:
+        """Append one atomic record holding ``ops``; return its end position.
+
+        Returns once the record is durable according to the sync policy. If it raises, the
+        record was not acknowledged (after a failure it may still be found by recovery).
+        """
+        return self.append_many([ops])[-1]
+
+    def append_many(self, batches: Sequence[Sequence[Op]]) -> list[Position]:
+        """Append several records (each atomic on its own) with at most one wait for a sync.
+
+        Returns the end position of each record, in order.
+        """
+        if not batches:
+            return []
+        frames = []
+        for ops in batches:
+            if not ops:
+                raise ValueError("a journal record needs at least one operation")
+            frame = frame_ops(ops)
+            if len(frame) - FRAME_OVERHEAD > MAX_PAYLOAD:
+                raise JournalRecordTooLargeError(
+                    f"journal record of {len(frame)} bytes exceeds the {MAX_PAYLOAD} byte limit"
+                )
+            frames.append(frame)
+        with self._cond:
+            ends = self._write_locked(frames)
+            if self.sync_policy.mode == "always":
+                self._wait_durable_locked(ends[-1])
+        return ends
+
+    def _check_usable_locked(self) -> None:
+        if self._failure is not None:
+            raise JournalError(
+                f"journal {self.directory} failed earlier ({self._failure}); restart so "
+                f"recovery can re-read the log"
+            ) from self._failure
+        if self._closed:
+            raise JournalClosedError(f"journal {self.directory} is closed")
+
+    def _write_locked(self, frames: list[bytes]) -> list[Position]:
+        """Write frames in order, rotating segments as needed; returns end positions."""
+        self._check_usable_locked()
+        ends: list[Position] = []
+        pending: list[bytes] = []
+        pending_len = 0
+        for frame in frames:
+            at = self._offset + pending_len
+            if at > HEADER_SIZE and at + len(frame) > self.segment_size:
+                self._pwrite_locked(pending, pending_len)
+                pending, pending_len = [], 0
+                self._make_room_locked(len(frame))
+            pending.append(frame)
+            pending_len += len(frame)
+            ends.append(Position(self._segment, self._offset + pending_len))
+        self._pwrite_locked(pending, pending_len)
+        return ends
+
+    def _pwrite_locked(self, pending: list[bytes], length: int) -> None:
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        start = self._offset
+        try:
+            done = 0
+            while done < length:
+                done += os.pwrite(self._fd, memoryview(data)[done:], start + done)
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                self._fail_locked(exc)
+                raise JournalError(f"journal {self.directory}: write failed: {exc}") from exc
+            if exc.errno == errno.ENOSPC:
+                raise JournalFullError(
+                    f"no space left on the device of journal {self.directory}; free space, "
+                    f"the record was not written"
+                ) from exc
+            raise JournalError(f"journal {self.directory}: write failed: {exc}") from exc
+        self._offset = start + length
+        self._written = Position(self._segment, self._offset)
+        self._records += len(pending)
+        self._bytes += length
+
+    def _make_room_locked(self, size: int) -> None:
+        """Rotate to a new segment unless another thread did while we waited."""
+        while self._offset > HEADER_SIZE and self._offset + size > self.segment_size:
+            self._check_usable_locked()
+            if self._syncing:
+                self._cond.wait()
+                continue
+            if self._durable < self._written:
+                self._sync_locked(hold_lock=True)
+            os.close(self._fd)
+            self._sealed[self._segment] = self._offset
+            try:
+                self._fd = create_segment(self.directory, self._segment + 1)
+            except JournalFullError:
+                raise
+            except OSError as exc:
+                self._fail_locked(exc)
+                raise JournalError(f"journal {self.directory}: rotation failed: {exc}") from exc
+            self._segment += 1
+            self._offset = HEADER_SIZE
+            self._written = self._durable = Position(self._segment, HEADER_SIZE)
+
+    # -- syncing -------------------------------------------------------------------------
+
+    def _wait_durable_locked(self, end: Position) -> None:
+        """Group commit: one thread syncs for every record written so far, others wait."""
+        while True:
+            if self._failure is not None:
+                self._check_usable_locked()
+            if self._durable >= end:
+                return
+            if self._syncing:
+                self._cond.wait()
+            else:
+                self._sync_locked(hold_lock=False)
+
+    def _sync_locked(self, *, hold_lock: bool) -> None:
+        """fdatasync everything written so far; the caller holds the lock, not syncing."""
+        self._syncing = True
+        target, fd = self._written, self._fd
+        error: OSError | None = None
+        if not hold_lock:
+            self._lock.release()
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            error = exc
+        finally:
+            if not hold_lock:
+                self._lock.acquire()
+            self._syncing = False
+        if error is not None:
+            self._fail_locked(error)
+            raise JournalError(f"journal {self.directory}: fsync failed: {error}") from error
+        self._fsyncs += 1
+        self._durable = max(self._durable, target)
+        self._cond.notify_all()
+
+    def _fail_locked(self, exc: BaseException) -> None:
+        log.error("journal %s failed: %s", self.directory, exc)
+        self._failure = exc
+        self._cond.notify_all()
+
+    def _flush_loop(self) -> None:
+        interval = self.sync_policy.interval_ms / 1000.0
+        deadline = time.monotonic() + interval
+        with self._cond:
+            while not self._closed and self._failure is None:
+                now = time.monotonic()
+                if now < deadline:
+                    self._cond.wait(deadline - now)
+                    continue
+                deadline = now + interval
+                if self._durable < self._written and not self._syncing:
+                    try:
+                        self._sync_locked(hold_lock=False)
+                    except JournalError:
+                        return
+
+    # -- reading and releasing ---------------------------------------------------------------
+
+    def recover(self, after: Position | None = None) -> Iterator[tuple[Position, list[Op]]]:
+        """Yield ``(end_position, ops)`` of every record ending after ``after``, in order.
+
+        ``after`` is an end position returned by ``append`` (typically the one stored with
+        the last checkpoint) or ``None`` for the whole log. Records appended after this call
+        are not included.
+        """
+        with self._lock:
+            self._check_usable_locked()
+            until = self._written
+        return read_records(self.directory, after, until)
+
+    def release(self, position: Position, archive_dir: Path | None = None) -> list[Path]:
+        """Delete (or move to ``archive_dir``) segments wholly behind ``position``.
+
+        Segments numbered below ``position.segment`` go; the segment holding ``position``
+        and the active segment stay, so ``recover(position)`` keeps working. Returns the
+        removed paths (oldest first, so a crash in between leaves no gap).
+        """
+        with self._lock:
+            self._check_usable_locked()
+            numbers = sorted(n for n in self._sealed if n < position.segment)
+            for number in numbers:
+                del self._sealed[number]
+        paths = [segment_path(self.directory, n) for n in numbers]
+        remove_segments(paths, archive_dir)
+        return paths
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        """End of the last written record (where the next one starts)."""
+        with self._lock:
+            return self._written
+
+    @property
+    def durable_position(self) -> Position:
+        """End of the last record known to be on stable storage."""
+        with self._lock:
+            return self._durable
+
+    @property
+    def start_position(self) -> Position:
+        """Start of the oldest retained segment's records."""
+        with self._lock:
+            return Position(min(self._sealed, default=self._segment), HEADER_SIZE)
+
+    def stats(self) -> JournalStats:
+        """Counters since open and the current size of the log."""
+        with self._lock:
+            return JournalStats(
+                records_appended=self._records,
+                bytes_appended=self._bytes,
+                fsyncs=self._fsyncs,
+                position=self._written,
+                durable_position=self._durable,
+                segments=len(self._sealed) + 1,
+                bytes_on_disk=sum(self._sealed.values()) + self._offset,
+                sync_policy=str(self.sync_policy),
+            )
+
+    def close(self) -> None:
+        """Sync everything written, stop the flusher and release the directory lock."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            while self._syncing:
+                self._cond.wait()
+            try:
+                if self._failure is None and self._durable < self._written:
+                    self._sync_locked(hold_lock=True)
+            finally:
+                self._cond.notify_all()
+        try:
+            if self._flusher is not None:
+                self._flusher.join()
+        finally:
+            with self._lock:
+                os.close(self._fd)
+            self._dir_lock.release()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
