@@ -1,0 +1,232 @@
+"""Appending: durability policies, group commit, rotation, release, lock, stats."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from journal import (
+    AddMessage,
+    CheckpointMark,
+    Journal,
+    JournalClosedError,
+    JournalError,
+    JournalLockedError,
+    Op,
+    Position,
+    RemoveMessages,
+    SyncPolicy,
+    repair,
+)
+from journal.format import HEADER_SIZE
+
+SEGMENT = 8192
+
+
+def add(i: int, size: int = 100) -> AddMessage:
+    return AddMessage(i, "queue://orders", f"ID:prod-{i}", i, 0, 4, bytes(size), None)
+
+
+def ids_of(journal: Journal, after: Position | None = None) -> list[int]:
+    return [op.id for _, ops in journal.recover(after) for op in ops if isinstance(op, AddMessage)]
+
+
+@pytest.fixture
+def count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Wrap os.fdatasync with a short delay (like a real disk) and count its calls."""
+    calls = 0
+    lock = threading.Lock()
+    real = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        nonlocal calls
+        with lock:
+            calls += 1
+        time.sleep(0.002)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    return lambda: calls
+
+
+def test_sync_policy_parse() -> None:
+    assert SyncPolicy.parse("always") == SyncPolicy("always")
+    assert SyncPolicy.parse("NEVER") == SyncPolicy("never")
+    assert SyncPolicy.parse("batch:5ms") == SyncPolicy("batch", 5.0)
+    assert SyncPolicy.parse("batch:5") == SyncPolicy("batch", 5.0)
+    assert str(SyncPolicy.parse("batch:2.5ms")) == "batch:2.5ms"
+    for bad in ("sometimes", "batch:", "batch:0", "batch:-1ms"):
+        with pytest.raises(ValueError, match="sync policy"):
+            SyncPolicy.parse(bad)
+
+
+def test_append_returns_end_positions_and_recover_replays(tmp_path: Path) -> None:
+    with Journal.open(tmp_path) as journal:
+        assert journal.position == Position(1, HEADER_SIZE)
+        first = journal.append([add(1), add(2)])
+        second = journal.append([RemoveMessages("queue://orders", (1,))])
+        assert Position(1, HEADER_SIZE) < first < second == journal.position
+        assert journal.durable_position == second
+        records = list(journal.recover())
+        assert [pos for pos, _ in records] == [first, second]
+        assert records[0][1] == [add(1), add(2)]
+        assert list(journal.recover(first)) == records[1:]
+        assert list(journal.recover(second)) == []
+        with pytest.raises(JournalError, match="not a record boundary"):
+            list(journal.recover(Position(1, first.offset - 1)))
+        with pytest.raises(ValueError, match="at least one operation"):
+            journal.append([])
+    with Journal.open(tmp_path) as journal:
+        assert journal.recovery_report is None
+        assert journal.position == second
+        assert ids_of(journal) == [1, 2]
+
+
+def test_rotation_and_oversized_record(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        ends = [journal.append([add(i, 1000)]) for i in range(20)]
+        assert ends == sorted(ends)
+        assert len({e.segment for e in ends}) > 2
+        big = journal.append([add(100, 3 * SEGMENT)])
+        after = journal.append([add(101)])
+        assert big.segment == ends[-1].segment + 1
+        assert big.offset > SEGMENT
+        assert after.segment == big.segment + 1
+        assert all(e.offset <= SEGMENT for e in ends)
+        assert journal.stats().segments == after.segment
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        assert ids_of(journal) == [*range(20), 100, 101]
+
+
+def test_release_deletes_or_archives_whole_segments_behind(tmp_path: Path) -> None:
+    directory, archive = tmp_path / "j", tmp_path / "archive"
+    with Journal.open(directory, segment_size=SEGMENT) as journal:
+        ends = [journal.append([add(i, 1000)]) for i in range(30)]
+        mark = ends[14]
+        journal.append([CheckpointMark(mark.segment, mark.offset)])
+        removed = journal.release(mark, archive_dir=archive)
+        assert [p.name for p in removed] == [f"{n:016d}.wal" for n in range(1, mark.segment)]
+        assert sorted(p.name for p in archive.iterdir()) == [p.name for p in removed]
+        assert journal.start_position == Position(mark.segment, HEADER_SIZE)
+        assert ids_of(journal, mark) == list(range(15, 30))
+        with pytest.raises(JournalError, match="released"):
+            list(journal.recover(ends[0]))
+        assert journal.release(Position(10**6, 0)) != []
+        assert journal.stats().segments == 1
+        last = journal.append([add(99)])
+    with Journal.open(directory, segment_size=SEGMENT) as journal:
+        assert journal.start_position == Position(last.segment, HEADER_SIZE)
+        remaining = ids_of(journal)
+        assert remaining[-1] == 99 and min(remaining) >= 15
+
+
+def test_group_commit_shares_fsyncs(tmp_path: Path, count_fsyncs: Callable[[], int]) -> None:
+    threads, per_thread = 8, 40
+    ends: list[Position] = []
+    lock = threading.Lock()
+    with Journal.open(tmp_path) as journal:
+        start = threading.Barrier(threads)
+
+        def work(t: int) -> None:
+            start.wait()
+            for i in range(per_thread):
+                end = journal.append([add(t * 1000 + i)])
+                assert journal.durable_position >= end
+                with lock:
+                    ends.append(end)
+
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        stats = journal.stats()
+        appends = threads * per_thread
+        assert len(set(ends)) == appends == stats.records_appended
+        assert stats.fsyncs == count_fsyncs()
+        assert 0 < stats.fsyncs < appends
+        assert len(ids_of(journal)) == appends
+
+
+def test_append_many_is_one_sync(tmp_path: Path, count_fsyncs: Callable[[], int]) -> None:
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        batches: list[list[Op]] = [[add(i, 500)] for i in range(40)]
+        ends = journal.append_many(batches)
+        assert ends == sorted(ends) and ends[-1] == journal.durable_position
+        assert ids_of(journal) == list(range(40))
+        rotations = ends[-1].segment - 1
+        assert count_fsyncs() == 1 + rotations
+
+
+def test_never_policy_warns_and_skips_fsync(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, count_fsyncs: Callable[[], int]
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="journal"):
+        journal = Journal.open(tmp_path, sync_policy="never")
+    assert "acknowledged writes can be lost" in caplog.text
+    for i in range(50):
+        journal.append([add(i)])
+    assert count_fsyncs() == 0 and journal.stats().fsyncs == 0
+    assert journal.durable_position < journal.position
+    journal.close()
+    assert count_fsyncs() == 1
+    with Journal.open(tmp_path) as journal:
+        assert len(ids_of(journal)) == 50
+
+
+def test_batch_policy_syncs_in_the_background(
+    tmp_path: Path, count_fsyncs: Callable[[], int]
+) -> None:
+    with Journal.open(tmp_path, sync_policy="batch:5ms") as journal:
+        for i in range(100):
+            journal.append([add(i)])
+        end = journal.position
+        deadline = time.monotonic() + 5
+        while journal.durable_position < end and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert journal.durable_position == end
+        assert 1 <= journal.stats().fsyncs < 100
+        assert journal.stats().fsyncs == count_fsyncs()
+
+
+def test_closed_journal_refuses_appends(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path)
+    journal.append([add(1)])
+    journal.close()
+    journal.close()
+    assert journal.closed
+    with pytest.raises(JournalClosedError):
+        journal.append([add(2)])
+    with pytest.raises(JournalClosedError):
+        journal.recover()
+
+
+def test_lock_excludes_a_second_writer_and_repair(tmp_path: Path) -> None:
+    with Journal.open(tmp_path):
+        with pytest.raises(JournalLockedError, match=str(tmp_path)):
+            Journal.open(tmp_path)
+        with pytest.raises(JournalLockedError):
+            repair(tmp_path, dry_run=True)
+    with Journal.open(tmp_path):
+        pass
+
+
+def test_stats(tmp_path: Path) -> None:
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        for i in range(10):
+            journal.append([add(i, 1000)])
+        stats = journal.stats()
+        assert stats.records_appended == 10
+        assert stats.fsyncs >= 10
+        assert stats.position == journal.position
+        sizes = sum(p.stat().st_size for p in tmp_path.glob("*.wal"))
+        assert stats.bytes_on_disk == sizes
+        assert stats.bytes_appended == sizes - HEADER_SIZE * stats.segments
+        assert stats.to_dict()["position"] == str(stats.position)
+        assert stats.sync_policy == "always"
