@@ -1,0 +1,91 @@
+"""Decode/encode throughput of the OpenWire codec on one core.
+
+Workload: 1 KiB TextMessages with 5 properties (string, int, long, boolean, double),
+shaped like what ActiveMQ's JDBC store holds. Run: ``python benchmarks/codec_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from mqstore.openwire import JInt, JLong, decode, encode, text_message
+
+
+def _frames(count: int) -> list[bytes]:
+    body = ("benchmark payload " * 60)[:1024]
+    return [
+        encode(
+            text_message(
+                body,
+                destination="queue://BENCH.Q",
+                producer_id="ID:bench-host-40123-1795306854999-1:1:1:1",
+                sequence=i + 1,
+                broker_sequence_id=1000 + i,
+                timestamp=1795306859007 + i,
+                properties={
+                    "str_prop": f"value-{i}",
+                    "int_prop": JInt(i),
+                    "long_prop": JLong(1234567890123 + i),
+                    "bool_prop": i % 2 == 0,
+                    "double_prop": 2.5,
+                },
+            )
+        )
+        for i in range(count)
+    ]
+
+
+def _rate(fn: Callable[[], None], ops: int, seconds: float) -> float:
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        fn()
+        best = max(best, ops / (time.perf_counter() - t0))
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=2.0, help="time per case")
+    args = parser.parse_args()
+    frames = _frames(args.messages)
+    messages = [decode(f) for f in frames]
+    n = len(frames)
+
+    def decode_all() -> None:
+        for f in frames:
+            decode(f)
+
+    def decode_lazy() -> None:
+        for f in frames:
+            decode(f, lazy=True)
+
+    def decode_views() -> None:
+        for f in frames:
+            m = decode(f, lazy=True)
+            m.properties  # noqa: B018
+            m.text  # noqa: B018
+
+    def encode_all() -> None:
+        for m in messages:
+            encode(m)
+
+    cases = [
+        ("decode (eager: headers + properties + text)", decode_all),
+        ("decode (lazy: headers only)", decode_lazy),
+        ("decode lazy, then read properties + text", decode_views),
+        ("encode", encode_all),
+    ]
+    print(f"{len(frames[0])}-byte frames, 1 KiB text body, 5 properties, best of {args.seconds}s")
+    print(f"{'case':<46} {'msgs/s':>10} {'us/msg':>8}")
+    for name, fn in cases:
+        rate = _rate(fn, n, args.seconds)
+        print(f"{name:<46} {rate:>10,.0f} {1e6 / rate:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
