@@ -18,6 +18,7 @@ from journal.format import (
     RECORD_CHECKPOINT,
     Position,
     frame_crc,
+    segment_file_name,
 )
 from journal.reader import Damage, Frame, FrameWalker, SegmentScan, scan_log
 from journal.records import CheckpointMark, decode_batch, flatten, op_name
@@ -152,7 +153,8 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
             ops = decode_batch(frame.payload)
         except JournalDecodeError as exc:
             reason = f"undecodable record: {exc}"
-            undecodable.append(Problem("corrupt", number, "", frame.start, 0, reason))
+            name = segment_file_name(number)
+            undecodable.append(Problem("corrupt", number, name, frame.start, 0, reason))
             return
         for op in flatten(ops):
             by_op[op_name(op)] += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -17,6 +18,7 @@ from journal import (
     Journal,
     JournalClosedError,
     JournalError,
+    JournalFullError,
     JournalLockedError,
     Op,
     Position,
@@ -230,3 +232,41 @@ def test_stats(tmp_path: Path) -> None:
         assert stats.bytes_appended == sizes - HEADER_SIZE * stats.segments
         assert stats.to_dict()["position"] == str(stats.position)
         assert stats.sync_policy == "always"
+
+
+def test_disk_full_cuts_the_record_and_keeps_the_journal_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_pwrite = os.pwrite
+
+    def full_after_half(fd: int, data: bytes | memoryview, offset: int) -> int:
+        real_pwrite(fd, bytes(data)[: len(data) // 2], offset)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with Journal.open(tmp_path) as journal:
+        first = journal.append([add(1)])
+        monkeypatch.setattr(os, "pwrite", full_after_half)
+        with pytest.raises(JournalFullError, match="no space"):
+            journal.append([add(2)])
+        monkeypatch.setattr(os, "pwrite", real_pwrite)
+        assert journal.position == first
+        journal.append([add(3)])
+    with Journal.open(tmp_path) as journal:
+        assert journal.recovery_report is None
+        assert ids_of(journal) == [1, 3]
+
+
+def test_failed_fsync_fails_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    journal = Journal.open(tmp_path)
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(JournalError, match="fsync failed"):
+        journal.append([add(1)])
+    with pytest.raises(JournalError, match="restart"):
+        journal.append([add(2)])
+    journal.close()
+    monkeypatch.undo()
+    with Journal.open(tmp_path) as journal:
+        assert ids_of(journal) in ([], [1])
