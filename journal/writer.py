@@ -163,7 +163,9 @@ class Journal:
                 number, offset = last.number, last.size
                 sealed = {s.number: s.size for s in scan.segments[:-1]}
             else:
-                number, offset, sealed = 1, HEADER_SIZE, {}
+                # Keep numbering monotonic if the only segment had a torn header.
+                number = report.segment if report is not None else 1
+                offset, sealed = HEADER_SIZE, {}
                 fd = create_segment(path, number)
         except BaseException:
             lock.release()
