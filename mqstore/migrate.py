@@ -126,12 +126,15 @@ def _norm_where(value: object) -> str | None:
     return " ".join(str(value).replace("(", " ").replace(")", " ").lower().split())
 
 
+def _norm_expr(expr: str) -> str:
+    return expr.replace("(", "").replace(")", "").replace(" ", "").lower()
+
+
 def _declared_indexes(table: sa.Table) -> dict[str, tuple[tuple[str, ...], bool, str | None]]:
     out: dict[str, tuple[tuple[str, ...], bool, str | None]] = {}
     for index in table.indexes:
         cols = tuple(
-            getattr(expr, "name", None) or str(expr.element.name)  # type: ignore[attr-defined]
-            for expr in index.expressions
+            _norm_expr(getattr(expr, "name", None) or str(expr)) for expr in index.expressions
         )
         where = index.dialect_options["postgresql"].get("where")
         out[str(index.name)] = (cols, bool(index.unique), _norm_where(where))
@@ -176,7 +179,10 @@ def schema_differences(conn: Connection, prefix: str = "") -> list[str]:
             )
         actual_idx = {
             str(i["name"]): (
-                tuple(str(c) for c in i["column_names"]),
+                tuple(
+                    _norm_expr(str(c))
+                    for c in (i.get("expressions") or i["column_names"])  # type: ignore[union-attr]
+                ),
                 bool(i["unique"]),
                 _norm_where(i.get("dialect_options", {}).get("postgresql_where")),
             )

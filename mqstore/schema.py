@@ -85,11 +85,13 @@ def build_schema(prefix: str = "") -> StoreSchema:
     Index(f"{msgs_name}_pidx", msgs.c.priority)
     Index(f"{msgs_name}_xidx", msgs.c.xid)
     Index(f"{msgs_name}_iidx", msgs.c.id, msgs.c.xid, msgs.c.container)
-    # mqstore's: the delivery-order page of a destination (PRIORITY DESC, ID), visible rows only.
+    # mqstore's: the delivery-order page of a destination (PRIORITY DESC, ID), visible rows
+    # only. Keyed on -PRIORITY so a page is one row-comparison range scan:
+    # (-priority, id) > (-p, last_id) ORDER BY -priority, id.
     Index(
         f"{msgs_name}_cpidx",
         msgs.c.container,
-        msgs.c.priority.desc(),
+        text("(- priority)"),
         msgs.c.id,
         postgresql_where=text("xid IS NULL"),
     )

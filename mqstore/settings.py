@@ -28,7 +28,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MQSTORE_", extra="forbid")
 
     dsn: str | None = Field(default=None, description="PostgreSQL DSN (postgresql://...)")
-    data_dir: Path = Field(default=Path("mqstore-data"), description="embedded PostgreSQL and journal")
+    data_dir: Path = Field(
+        default=Path("mqstore-data"), description="embedded PostgreSQL and journal"
+    )
     table_prefix: str = Field(default="", description="ActiveMQ tablePrefix, e.g. BRK1_")
     broker_name: str = Field(default_factory=lambda: f"mqstore-{socket.gethostname()}")
 

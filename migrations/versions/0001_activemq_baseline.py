@@ -76,8 +76,7 @@ def add_mqstore_indexes(msgs: str) -> None:
     """mqstore's additions: the delivery-order page index and one JMS id per destination."""
     op.execute(
         sa.text(
-            f"CREATE INDEX {msgs}_cpidx ON {msgs} (container, priority DESC, id) "
-            "WHERE xid IS NULL"
+            f"CREATE INDEX {msgs}_cpidx ON {msgs} (container, (- priority), id) WHERE xid IS NULL"
         )
     )
     op.create_index(f"{msgs}_uidx", msgs, ["container", "msgid_prod", "msgid_seq"], unique=True)

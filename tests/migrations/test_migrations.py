@@ -25,9 +25,7 @@ def _columns(engine: Engine, table: str) -> dict[str, tuple[str, bool, str | Non
             ),
             {"t": table},
         ).all()
-    return {
-        r[0]: (f"{r[1]}({r[2]})" if r[2] else r[1], r[3] == "YES", r[4]) for r in rows
-    }
+    return {r[0]: (f"{r[1]}({r[2]})" if r[2] else r[1], r[3] == "YES", r[4]) for r in rows}
 
 
 def _fixture_columns() -> dict[str, dict[str, tuple[str, bool, str | None]]]:

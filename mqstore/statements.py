@@ -1,0 +1,130 @@
+"""The store's SQL, built once per table prefix; each statement documented in one line.
+
+Like ActiveMQ's ``Statements``: every query the PostgreSQL store runs is named here, so the
+SQL can be reviewed (and EXPLAINed in tests) in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import TextClause
+
+from mqstore.schema import StoreSchema, build_schema
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Named statements for one prefix (parameters are ``:name`` binds)."""
+
+    schema: StoreSchema
+    #: Insert many rows in one round trip (executemany → multi-row VALUES).
+    insert_msg: sa.Insert
+    #: Delete (container, id, outcome) triples; visible rows only; returns deleted rows.
+    delete_msgs: TextClause
+    #: The same deletion, also recording each removed row in the history table.
+    delete_msgs_with_history: TextClause
+    #: One page of a destination in delivery order after (-priority, id), below an ID bound.
+    page_queue: TextClause
+    #: One page of a subscription's pending messages (per-priority LAST_ACKED_ID).
+    page_subscription: TextClause
+    #: Visible messages of a destination.
+    count_queue: TextClause
+    #: Pending messages of one subscription.
+    count_subscription: TextClause
+    #: Pending messages of every subscription (stats).
+    count_all_subscriptions: TextClause
+    #: Advance LAST_ACKED_ID of (container, client, sub, priority) to :id, never backwards.
+    ack_subscription: TextClause
+    #: Up to :limit topic message IDs every subscription (per priority) has acknowledged.
+    cleanup_candidates: TextClause
+    #: Topic message IDs with no subscription left at all.
+    orphan_topic_ids: TextClause
+    #: Expired visible messages, oldest first.
+    expired: TextClause
+    #: ActiveMQ's start-up sequence: max(MAX(ID), MAX(LAST_ACKED_ID)).
+    last_sequence: TextClause
+    #: Every destination with messages or subscriptions.
+    destinations: TextClause
+
+
+@lru_cache(maxsize=16)
+def statements_for(prefix: str = "") -> Statements:
+    """Build (once) the statements for ``prefix``."""
+    schema = build_schema(prefix)
+    m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
+    removal = (
+        "WITH r AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:containers AS text[]), "
+        "CAST(:outcomes AS text[])) AS r(id, container, outcome)), "
+        f"d AS (DELETE FROM {m} m USING r WHERE m.id = r.id AND m.container = r.container "
+        "AND m.xid IS NULL RETURNING m.id, m.container, m.msgid_prod, m.msgid_seq, "
+        "m.priority, m.expiration, m.msg, r.outcome) "
+    )
+    pending = (
+        f"FROM {m} m JOIN {a} d ON m.container = d.container AND m.priority = d.priority "
+        "WHERE d.container = :container AND d.client_id = :client_id "
+        "AND d.sub_name = :sub_name AND m.xid IS NULL AND m.id > d.last_acked_id "
+    )
+    return Statements(
+        schema=schema,
+        insert_msg=sa.insert(schema.msgs),
+        delete_msgs=sa.text(removal + "SELECT count(*) FROM d"),
+        delete_msgs_with_history=sa.text(
+            removal
+            + f"INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, expiration, "
+            "removed_at, outcome, msg) SELECT id, container, msgid_prod, msgid_seq, priority, "
+            "expiration, :now, outcome, CASE WHEN :keep_body THEN msg END FROM d"
+        ),
+        page_queue=sa.text(
+            f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
+            f"FROM {m} WHERE container = :container AND xid IS NULL AND id < :bound "
+            "AND (- priority, id) > (:neg_priority, :after_id) "
+            "ORDER BY - priority, id LIMIT :limit"
+        ),
+        page_subscription=sa.text(
+            "SELECT m.id, m.container, m.msgid_prod, m.msgid_seq, m.expiration, m.priority, "
+            "m.msg, m.xid "
+            + pending
+            + "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
+            "ORDER BY - m.priority, m.id LIMIT :limit"
+        ),
+        count_queue=sa.text(
+            f"SELECT count(*) FROM {m} WHERE container = :container AND xid IS NULL"
+        ),
+        count_subscription=sa.text("SELECT count(*) " + pending),
+        count_all_subscriptions=sa.text(
+            "SELECT d.container, d.client_id, d.sub_name, count(m.id) "
+            f"FROM {a} d LEFT JOIN {m} m ON m.container = d.container "
+            "AND m.priority = d.priority AND m.id > d.last_acked_id AND m.xid IS NULL "
+            "WHERE d.container LIKE 'topic://%' GROUP BY d.container, d.client_id, d.sub_name"
+        ),
+        ack_subscription=sa.text(
+            f"UPDATE {a} SET last_acked_id = :id, xid = NULL WHERE container = :container "
+            "AND client_id = :client_id AND sub_name = :sub_name AND priority = :priority "
+            "AND (last_acked_id IS NULL OR last_acked_id < :id)"
+        ),
+        cleanup_candidates=sa.text(
+            f"SELECT m.id FROM (SELECT container, priority, min(last_acked_id) AS upto "
+            f"FROM {a} WHERE container LIKE 'topic://%' GROUP BY container, priority) s "
+            f"JOIN {m} m ON m.container = s.container AND (- m.priority) = (- s.priority) "
+            "AND m.id <= s.upto WHERE m.xid IS NULL LIMIT :limit"
+        ),
+        orphan_topic_ids=sa.text(
+            f"SELECT id FROM {m} WHERE container = :container AND NOT EXISTS "
+            f"(SELECT 1 FROM {a} WHERE container = :container) LIMIT :limit"
+        ),
+        expired=sa.text(
+            f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
+            f"FROM {m} WHERE expiration > 0 AND expiration < :now AND xid IS NULL "
+            "ORDER BY expiration LIMIT :limit"
+        ),
+        last_sequence=sa.text(
+            f"SELECT greatest((SELECT max(id) FROM {m}), (SELECT max(last_acked_id) FROM {a}), 0)"
+        ),
+        destinations=sa.text(
+            f"SELECT DISTINCT container FROM {m} UNION SELECT DISTINCT container FROM {a} "
+            "WHERE priority < 11"
+        ),
+    )

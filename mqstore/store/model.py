@@ -1,0 +1,164 @@
+"""Values that cross the store port: rows, new messages, subscriptions, batches, XA ids."""
+
+from __future__ import annotations
+
+import base64
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+
+#: Destination prefixes ActiveMQ writes into CONTAINER.
+CONTAINER_PREFIXES = ("queue://", "topic://", "temp-queue://", "temp-topic://")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One ACTIVEMQ_MSGS row. ``priority`` is the PRIORITY column (0 in plain mode)."""
+
+    id: int
+    container: str
+    msgid_prod: str | None
+    msgid_seq: int | None
+    expiration: int
+    priority: int
+    msg: bytes
+    xid: str | None = None
+
+    @property
+    def cursor(self) -> Cursor:
+        """The paging position just after this row."""
+        return Cursor(self.priority, self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message a broker hands to the store; the store assigns its ID.
+
+    ``priority`` is the JMS priority (0-9); the PRIORITY column gets it only in prioritized
+    mode, as ActiveMQ does. ``msg`` is opaque here (an OpenWire frame for ActiveMQ interop).
+    """
+
+    container: str
+    msgid_prod: str
+    msgid_seq: int
+    msg: bytes
+    priority: int = 4
+    expiration: int = 0
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Cursor:
+    """A keyset position in delivery order (PRIORITY DESC, ID ASC): page after this row."""
+
+    priority: int
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionKey:
+    """Identifies a durable subscription: topic container, client id, subscription name."""
+
+    container: str
+    client_id: str
+    sub_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A durable subscription as stored in ACTIVEMQ_ACKS (the PRIORITY=0 row's view)."""
+
+    key: SubscriptionKey
+    selector: str | None
+    sub_dest: str | None
+    last_acked_id: int
+
+    @property
+    def container(self) -> str:
+        return self.key.container
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A durable subscriber acknowledged everything up to ``message_id`` (at its priority)."""
+
+    key: SubscriptionKey
+    message_id: int
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """Remove stored message ``id`` from ``container`` (a queue ack, DLQ move, expiry...)."""
+
+    container: str
+    id: int
+    outcome: Outcome | None = None
+
+
+class Outcome(str, Enum):
+    """What became of a removed message, recorded in the history table."""
+
+    ACKNOWLEDGED = "acknowledged"
+    EXPIRED = "expired"
+    DEAD_LETTERED = "dead-lettered"
+    PURGED = "purged"
+    XA_ROLLED_BACK = "xa-rolled-back"
+
+
+@dataclass(slots=True)
+class Batch:
+    """Work applied atomically by :meth:`Store.commit`: adds, then removes, then acks."""
+
+    adds: list[NewMessage] = field(default_factory=list)
+    removes: list[Removal] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.adds or self.removes or self.acks)
+
+
+@dataclass(frozen=True, slots=True)
+class Xid:
+    """An XA transaction id (formatId, global transaction id, branch qualifier)."""
+
+    format_id: int
+    gtrid: bytes
+    bqual: bytes
+
+    def encode(self, marker: str, last_ack: int = 0, priority: int = 0) -> str:
+        """ActiveMQ's XID column text: base64 of marker, last-ack, priority, formatId, ids."""
+        raw = (
+            marker.encode("ascii")
+            + struct.pack(">qbiH", last_ack, priority, self.format_id, len(self.gtrid))
+            + self.gtrid
+            + self.bqual
+        )
+        return base64.b64encode(raw).decode("ascii")
+
+    @classmethod
+    def decode(cls, column: str) -> tuple[Xid, str, int, int]:
+        """Parse an XID column value into (xid, marker '+'/'-', last-ack id, priority)."""
+        raw = base64.b64decode(column)
+        marker = chr(raw[0])
+        last_ack, priority, format_id, glen = struct.unpack_from(">qbiH", raw, 1)
+        gtrid = raw[16 : 16 + glen]
+        return cls(format_id, gtrid, raw[16 + glen :]), marker, last_ack, priority
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """An XA transaction found prepared (in doubt) in the database."""
+
+    xid: Xid
+    adds: tuple[StoredMessage, ...]
+    removes: tuple[StoredMessage, ...]
+    acks: tuple[Ack, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Figures for operators: per-destination depth, subscription backlogs, store counters."""
+
+    destinations: dict[str, int]
+    subscriptions: dict[SubscriptionKey, int]
+    counters: dict[str, float]

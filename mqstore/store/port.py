@@ -1,0 +1,128 @@
+"""The store port: the one narrow interface a broker calls (see docs/store-api.md).
+
+Implemented by :class:`mqstore.store.postgres.PostgresStore` and by the journaled store in
+``journal``, which wraps it; a broker cannot tell them apart except by speed. All methods
+are thread-safe and synchronous; an asyncio broker calls them from a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from mqstore.store.model import (
+    Ack,
+    Batch,
+    Cursor,
+    NewMessage,
+    Outcome,
+    PreparedTransaction,
+    StoredMessage,
+    StoreStats,
+    Subscription,
+    SubscriptionKey,
+    Xid,
+)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Persistence for queues, durable topics and transactions on ActiveMQ's tables."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Take the master lock (waiting as a slave), check the schema, resume the ID sequence."""
+
+    def stop(self) -> None:
+        """Flush, release the lock and close connections. Idempotent."""
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the PRIORITY column holds real priorities (ActiveMQ's prioritizedMessages)."""
+
+    # -- messages (queues and topics) ----------------------------------------------------------
+    def add(self, messages: Sequence[NewMessage]) -> list[int]:
+        """Store messages atomically; returns their IDs (strictly increasing) in order."""
+
+    def remove(self, container: str, ids: Sequence[int], outcome: Outcome = ...) -> int:
+        """Remove messages by ID atomically; returns how many were stored."""
+
+    def commit(self, batch: Batch) -> list[int]:
+        """Apply adds, removes and durable acks as one atomic unit; returns the new IDs."""
+
+    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
+        """Up to ``limit`` visible messages in delivery order (PRIORITY DESC, ID) after a cursor."""
+
+    def get(self, message_id: int) -> StoredMessage | None:
+        """The row with this ID, or None."""
+
+    def find(
+        self, msgid_prod: str, msgid_seq: int, container: str | None = None
+    ) -> StoredMessage | None:
+        """Look a message up by its JMS message id (producer id and sequence)."""
+
+    def update(self, container: str, message_id: int, msg: bytes) -> None:
+        """Rewrite a stored body (e.g. a persisted redelivery counter)."""
+
+    def count(self, container: str) -> int:
+        """Visible messages in a destination (XA-prepared rows excluded)."""
+
+    def purge(self, container: str) -> int:
+        """Delete every message of a destination; returns how many."""
+
+    def destinations(self) -> list[str]:
+        """Every container that has messages or durable subscriptions."""
+
+    # -- durable topic subscriptions --------------------------------------------------------
+    def add_subscription(
+        self,
+        key: SubscriptionKey,
+        *,
+        selector: str | None = None,
+        sub_dest: str | None = None,
+        retroactive: bool = False,
+    ) -> Subscription:
+        """Create (or return the existing) subscription; it starts after the newest message."""
+
+    def get_subscription(self, key: SubscriptionKey) -> Subscription | None:
+        """Look one subscription up."""
+
+    def subscriptions(self, container: str | None = None) -> list[Subscription]:
+        """All durable subscriptions, or those of one topic."""
+
+    def delete_subscription(self, key: SubscriptionKey) -> None:
+        """Delete it; messages no remaining subscription needs are cleaned up."""
+
+    def acknowledge(self, acks: Sequence[Ack]) -> None:
+        """Advance LAST_ACKED_ID of subscriptions (per priority in prioritized mode)."""
+
+    def page_subscription(
+        self, key: SubscriptionKey, after: Cursor | None, limit: int
+    ) -> list[StoredMessage]:
+        """A subscription's pending messages (after its last ack) in delivery order."""
+
+    def pending_count(self, key: SubscriptionKey) -> int:
+        """How many messages a subscription has not acknowledged."""
+
+    # -- XA --------------------------------------------------------------------------------
+    def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
+        """Make a transaction's work durable but invisible; returns IDs of its adds."""
+
+    def xa_commit(self, xid: Xid) -> None:
+        """Make a prepared transaction's work visible (adds move to fresh IDs)."""
+
+    def xa_rollback(self, xid: Xid) -> None:
+        """Undo a prepared transaction."""
+
+    def xa_recover(self) -> list[PreparedTransaction]:
+        """Prepared (in-doubt) transactions, e.g. after a restart."""
+
+    # -- maintenance -----------------------------------------------------------------------
+    def cleanup(self) -> int:
+        """Delete topic messages every subscription acknowledged; returns rows deleted."""
+
+    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
+        """Messages whose EXPIRATION passed (oldest first), removed unless ``remove=False``."""
+
+    def stats(self) -> StoreStats:
+        """Depths, backlogs and counters."""

@@ -1,0 +1,580 @@
+"""The PostgreSQL store: ActiveMQ's JDBC row semantics on SQLAlchemy Core and psycopg 3."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from mqstore import migrate
+from mqstore.db import check_connection, describe_connect_error
+from mqstore.errors import (
+    DatabaseUnavailableError,
+    DuplicateMessageError,
+    LockLostError,
+    MessageNotFoundError,
+    StoreClosedError,
+)
+from mqstore.lock import Locker, NoLocker
+from mqstore.statements import statements_for
+from mqstore.store.model import (
+    Ack,
+    Batch,
+    Cursor,
+    NewMessage,
+    Outcome,
+    PreparedTransaction,
+    Removal,
+    StoredMessage,
+    StoreStats,
+    Subscription,
+    SubscriptionKey,
+    Xid,
+)
+from mqstore.store.validation import check_container, check_messages, check_topic
+from mqstore.store.xa import XaOperations
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_NO_BOUND = 2**63 - 1
+_FIRST = Cursor(10, 0)  # sorts before every real row: (-10, 0) < (-p, id) for p <= 9
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PostgresStore:
+    """The store port on PostgreSQL (see :class:`mqstore.store.port.Store`).
+
+    Only the lock holder writes: :meth:`start` blocks until ``locker`` is held, and every
+    write checks it first. IDs come from an in-memory sequence resumed, as ActiveMQ does,
+    from max(MAX(ID), MAX(LAST_ACKED_ID)).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        prefix: str = "",
+        locker: Locker | None = None,
+        prioritized: bool = False,
+        history: bool = True,
+        history_bodies: bool = False,
+        max_message_bytes: int = 100 * 1024 * 1024,
+        cleanup_interval_s: float = 60.0,
+        cleanup_batch: int = 1000,
+        on_lock_lost: Callable[[], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.prefix = prefix
+        self.sql = statements_for(prefix)
+        self.schema = self.sql.schema
+        self.locker: Locker = locker or NoLocker()
+        self._prioritized = prioritized
+        self.history, self.history_bodies = history, history_bodies
+        self.max_message_bytes = max_message_bytes
+        self.cleanup_interval_s, self.cleanup_batch = cleanup_interval_s, cleanup_batch
+        self.on_lock_lost = on_lock_lost
+        self._seq_lock = threading.Lock()
+        self._last_id = 0
+        self._inflight: dict[int, int] = {}  # first ID of an uncommitted add batch -> count
+        self._started = False
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._counters: dict[str, float] = {"added": 0, "removed": 0, "acked": 0, "cleaned": 0}
+        self.xa = XaOperations(self)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def prioritized(self) -> bool:
+        return self._prioritized
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def start(self, stop: threading.Event | None = None) -> None:
+        """Check the database, wait for the master lock, resume the ID sequence."""
+        check_connection(self.engine)
+        with self.engine.connect() as conn:
+            migrate.require_head(conn, self.prefix)
+        if not self.locker.acquire(stop or self._stopping):
+            raise StoreClosedError("store start was cancelled while waiting for the lock")
+        with self.engine.connect() as conn:
+            self._last_id = int(conn.execute(self.sql.last_sequence).scalar_one())
+        self._stopping.clear()
+        self._started = True
+        self._spawn("mqstore-lock-keeper", self._keep_lock, self.locker.renew_interval_s)
+        if self.cleanup_interval_s > 0:
+            self._spawn("mqstore-cleanup", self._periodic_cleanup, self.cleanup_interval_s)
+        log.info("store started (prefix %r, last ID %d)", self.prefix, self._last_id)
+
+    def stop(self) -> None:
+        """Stop background work, release the lock. Idempotent."""
+        if not self._started:
+            return
+        self._started = False
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads.clear()
+        self.locker.release()
+
+    def _spawn(self, name: str, fn: Callable[[], None], every_s: float) -> None:
+        def loop() -> None:
+            while not self._stopping.wait(every_s):
+                fn()
+
+        thread = threading.Thread(target=loop, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _keep_lock(self) -> None:
+        if not self.locker.keep_alive():
+            log.error(
+                "no longer master (lock %s lost): this store stopped writing", self.schema.lock.name
+            )
+            self._stopping.set()
+            if self.on_lock_lost is not None:
+                self.on_lock_lost()
+
+    def _periodic_cleanup(self) -> None:
+        try:
+            if self.locker.is_held():
+                self.cleanup()
+        except Exception:  # keep the timer alive; the next run retries
+            log.exception("topic cleanup failed")
+
+    # ------------------------------------------------------------------ plumbing
+    def _check_writable(self) -> None:
+        if not self._started:
+            raise StoreClosedError("the store is not started (call start() first)")
+        if not self.locker.is_held():
+            raise LockLostError(
+                f"this store no longer holds the master lock on {self.schema.lock.name}; "
+                "it stopped writing. Restart it to wait as a slave."
+            )
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """A write transaction with database failures turned into store errors."""
+        self._check_writable()
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except OperationalError as exc:
+            raise DatabaseUnavailableError(
+                describe_connect_error(exc, self.engine.url)
+                + "; nothing of this operation was committed"
+            ) from None
+
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        try:
+            with self.engine.connect() as conn:
+                return fn(conn)
+        except OperationalError as exc:
+            raise DatabaseUnavailableError(describe_connect_error(exc, self.engine.url)) from None
+
+    def next_ids(self, count: int) -> list[int]:
+        """Reserve ``count`` strictly increasing IDs."""
+        with self._seq_lock:
+            first = self._last_id + 1
+            self._last_id += count
+        return list(range(first, first + count))
+
+    def _bound(self) -> int:
+        """Pages never read past the lowest uncommitted ID (IDs may commit out of order)."""
+        with self._seq_lock:
+            return min(self._inflight) if self._inflight else _NO_BOUND
+
+    def column_priority(self, jms_priority: int) -> int:
+        """The PRIORITY column value: the real priority only in prioritized mode."""
+        return jms_priority if self._prioritized else 0
+
+    def rows_for(
+        self, messages: Sequence[NewMessage], ids: Sequence[int], xid: str | None
+    ) -> list[dict[str, object]]:
+        """INSERT parameters for new messages with their assigned IDs."""
+        return [
+            {
+                "id": i,
+                "container": m.container,
+                "msgid_prod": m.msgid_prod,
+                "msgid_seq": m.msgid_seq,
+                "expiration": m.expiration,
+                "priority": self.column_priority(m.priority),
+                "msg": bytes(m.msg),
+                "xid": xid,
+            }
+            for m, i in zip(messages, ids, strict=True)
+        ]
+
+    def insert_rows(self, conn: Connection, rows: list[dict[str, object]]) -> None:
+        """Insert rows in one round trip; a duplicate JMS id becomes DuplicateMessageError."""
+        if not rows:
+            return
+        try:
+            with conn.begin_nested():
+                conn.execute(self.sql.insert_msg, rows)
+        except IntegrityError as exc:
+            if "_uidx" in str(exc.orig):
+                raise DuplicateMessageError(
+                    "a message with the same JMS message id is already stored in that "
+                    f"destination ({str(exc.orig).splitlines()[-1].strip()}); nothing was added"
+                ) from None
+            raise
+
+    def delete_rows(
+        self, conn: Connection, removals: Sequence[Removal], default: Outcome = Outcome.ACKNOWLEDGED
+    ) -> int:
+        """Delete visible rows by (container, id), recording history; returns rows deleted."""
+        if not removals:
+            return 0
+        params = {
+            "ids": [r.id for r in removals],
+            "containers": [r.container for r in removals],
+            "outcomes": [(r.outcome or default).value for r in removals],
+        }
+        if self.history:
+            stmt = self.sql.delete_msgs_with_history
+            params.update(now=_now_ms(), keep_body=self.history_bodies)
+            return int(conn.execute(stmt, params).rowcount)
+        return int(conn.execute(self.sql.delete_msgs, params).scalar_one())
+
+    def apply_acks(self, conn: Connection, acks: Sequence[Ack]) -> None:
+        """Advance LAST_ACKED_ID, reduced to the newest ack per subscription and priority."""
+        newest: dict[tuple[SubscriptionKey, int], int] = {}
+        for ack in acks:
+            slot = (ack.key, self.column_priority(ack.priority))
+            newest[slot] = max(newest.get(slot, -1), ack.message_id)
+        if newest:
+            conn.execute(
+                self.sql.ack_subscription,
+                [
+                    {
+                        "container": k.container,
+                        "client_id": k.client_id,
+                        "sub_name": k.sub_name,
+                        "priority": p,
+                        "id": i,
+                    }
+                    for (k, p), i in newest.items()
+                ],
+            )
+
+    # ------------------------------------------------------------------ messages
+    def add(self, messages: Sequence[NewMessage]) -> list[int]:
+        return self.commit(Batch(adds=list(messages)))
+
+    def remove(
+        self, container: str, ids: Sequence[int], outcome: Outcome = Outcome.ACKNOWLEDGED
+    ) -> int:
+        check_container(container)
+        removals = [Removal(container, i, outcome) for i in ids]
+        with self._tx() as conn:
+            count = self.delete_rows(conn, removals)
+        self._counters["removed"] += count
+        return count
+
+    def commit(self, batch: Batch) -> list[int]:
+        check_messages(batch.adds, self.max_message_bytes)
+        for removal in batch.removes:
+            check_container(removal.container)
+        ids = self.next_ids(len(batch.adds)) if batch.adds else []
+        if ids:
+            with self._seq_lock:
+                self._inflight[ids[0]] = len(ids)
+        try:
+            with self._tx() as conn:
+                self.insert_rows(conn, self.rows_for(batch.adds, ids, None))
+                removed = self.delete_rows(conn, batch.removes)
+                self.apply_acks(conn, batch.acks)
+        finally:
+            if ids:
+                with self._seq_lock:
+                    self._inflight.pop(ids[0], None)
+        self._counters["added"] += len(ids)
+        self._counters["removed"] += removed
+        self._counters["acked"] += len(batch.acks)
+        return ids
+
+    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
+        cursor = after or _FIRST
+        params = {
+            "container": container,
+            "bound": self._bound(),
+            "neg_priority": -cursor.priority,
+            "after_id": cursor.id,
+            "limit": limit,
+        }
+        rows = self._read(lambda c: c.execute(self.sql.page_queue, params).all())
+        return [StoredMessage(*r) for r in rows]
+
+    def get(self, message_id: int) -> StoredMessage | None:
+        msgs = self.schema.msgs
+        stmt = sa.select(*self._columns()).where(msgs.c.id == message_id)
+        row = self._read(lambda c: c.execute(stmt).first())
+        return StoredMessage(*row) if row else None
+
+    def _columns(self) -> list[sa.ColumnElement[object]]:
+        c = self.schema.msgs.c
+        return [
+            c.id,
+            c.container,
+            c.msgid_prod,
+            c.msgid_seq,
+            c.expiration,
+            c.priority,
+            c.msg,
+            c.xid,
+        ]
+
+    def find(
+        self, msgid_prod: str, msgid_seq: int, container: str | None = None
+    ) -> StoredMessage | None:
+        c = self.schema.msgs.c
+        stmt = sa.select(*self._columns()).where(
+            c.msgid_prod == msgid_prod, c.msgid_seq == msgid_seq
+        )
+        if container is not None:
+            stmt = stmt.where(c.container == container)
+        row = self._read(lambda conn: conn.execute(stmt.order_by(c.id).limit(1)).first())
+        return StoredMessage(*row) if row else None
+
+    def update(self, container: str, message_id: int, msg: bytes) -> None:
+        c = self.schema.msgs.c
+        with self._tx() as conn:
+            result = conn.execute(
+                sa.update(self.schema.msgs)
+                .where(c.id == message_id, c.container == container)
+                .values(msg=bytes(msg))
+            )
+        if result.rowcount != 1:
+            raise MessageNotFoundError(f"message {message_id} is not stored in {container}")
+
+    def count(self, container: str) -> int:
+        return int(
+            self._read(
+                lambda c: c.execute(self.sql.count_queue, {"container": container}).scalar_one()
+            )
+        )
+
+    def purge(self, container: str) -> int:
+        check_container(container)
+        total = 0
+        while True:
+            rows = self.page(container, None, 5000)
+            if not rows:
+                return total
+            total += self.remove(container, [r.id for r in rows], Outcome.PURGED)
+
+    def destinations(self) -> list[str]:
+        return sorted(self._read(lambda c: c.execute(self.sql.destinations).scalars().all()))
+
+    # ------------------------------------------------------------------ durable topics
+    def add_subscription(
+        self,
+        key: SubscriptionKey,
+        *,
+        selector: str | None = None,
+        sub_dest: str | None = None,
+        retroactive: bool = False,
+    ) -> Subscription:
+        check_topic(key.container)
+        existing = self.get_subscription(key)
+        if existing is not None:
+            return existing
+        priorities = range(10) if self._prioritized else (0,)
+        with self._tx() as conn:
+            start = (
+                -1
+                if retroactive
+                else int(
+                    conn.execute(
+                        sa.select(sa.func.coalesce(sa.func.max(self.schema.msgs.c.id), 0))
+                    ).scalar_one()
+                )
+            )
+            conn.execute(
+                sa.insert(self.schema.acks),
+                [
+                    {
+                        "container": key.container,
+                        "client_id": key.client_id,
+                        "sub_name": key.sub_name,
+                        "selector": selector,
+                        "sub_dest": sub_dest or key.container,
+                        "last_acked_id": start,
+                        "priority": p,
+                    }
+                    for p in priorities
+                ],
+            )
+        return Subscription(key, selector, sub_dest or key.container, start)
+
+    def _sub_filter(self, key: SubscriptionKey) -> sa.ColumnElement[bool]:
+        a = self.schema.acks.c
+        return sa.and_(
+            a.container == key.container, a.client_id == key.client_id, a.sub_name == key.sub_name
+        )
+
+    def get_subscription(self, key: SubscriptionKey) -> Subscription | None:
+        subs = self._subscriptions(self._sub_filter(key))
+        return subs[0] if subs else None
+
+    def subscriptions(self, container: str | None = None) -> list[Subscription]:
+        a = self.schema.acks.c
+        cond = a.container.like("topic://%") if container is None else a.container == container
+        return self._subscriptions(cond)
+
+    def _subscriptions(self, cond: sa.ColumnElement[bool]) -> list[Subscription]:
+        a = self.schema.acks.c
+        stmt = (
+            sa.select(
+                a.container,
+                a.client_id,
+                a.sub_name,
+                sa.func.max(a.selector),
+                sa.func.max(a.sub_dest),
+                sa.func.min(a.last_acked_id),
+            )
+            .where(cond, a.priority < 10)
+            .group_by(a.container, a.client_id, a.sub_name)
+            .order_by(a.container, a.client_id, a.sub_name)
+        )
+        rows = self._read(lambda c: c.execute(stmt).all())
+        return [
+            Subscription(
+                SubscriptionKey(r[0], r[1], r[2]), r[3], r[4], -1 if r[5] is None else int(r[5])
+            )
+            for r in rows
+        ]
+
+    def delete_subscription(self, key: SubscriptionKey) -> None:
+        with self._tx() as conn:
+            conn.execute(sa.delete(self.schema.acks).where(self._sub_filter(key)))
+            # The last subscription gone: its topic's messages are needed by nobody.
+            while True:
+                ids = (
+                    conn.execute(
+                        self.sql.orphan_topic_ids, {"container": key.container, "limit": 5000}
+                    )
+                    .scalars()
+                    .all()
+                )
+                if not ids:
+                    break
+                self._counters["cleaned"] += self.delete_rows(
+                    conn, [Removal(key.container, i) for i in ids]
+                )
+
+    def acknowledge(self, acks: Sequence[Ack]) -> None:
+        with self._tx() as conn:
+            self.apply_acks(conn, acks)
+        self._counters["acked"] += len(acks)
+
+    def page_subscription(
+        self, key: SubscriptionKey, after: Cursor | None, limit: int
+    ) -> list[StoredMessage]:
+        cursor = after or _FIRST
+        params = {
+            "container": key.container,
+            "client_id": key.client_id,
+            "sub_name": key.sub_name,
+            "bound": self._bound(),
+            "neg_priority": -cursor.priority,
+            "after_id": cursor.id,
+            "limit": limit,
+        }
+        rows = self._read(lambda c: c.execute(self.sql.page_subscription, params).all())
+        return [StoredMessage(*r) for r in rows]
+
+    def pending_count(self, key: SubscriptionKey) -> int:
+        params = {"container": key.container, "client_id": key.client_id, "sub_name": key.sub_name}
+        return int(
+            self._read(lambda c: c.execute(self.sql.count_subscription, params).scalar_one())
+        )
+
+    # ------------------------------------------------------------------ XA
+    def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
+        return self.xa.prepare(xid, batch)
+
+    def xa_commit(self, xid: Xid) -> None:
+        self.xa.commit(xid)
+
+    def xa_rollback(self, xid: Xid) -> None:
+        self.xa.rollback(xid)
+
+    def xa_recover(self) -> list[PreparedTransaction]:
+        return self.xa.recover()
+
+    # ------------------------------------------------------------------ maintenance
+    def cleanup(self) -> int:
+        """Delete acknowledged topic messages, all priorities, in short batches."""
+        total = 0
+        while not self._stopping.is_set():
+            with self._tx() as conn:
+                ids = (
+                    conn.execute(self.sql.cleanup_candidates, {"limit": self.cleanup_batch})
+                    .scalars()
+                    .all()
+                )
+                if not ids:
+                    break
+                got = self.get_many(conn, ids)
+                total += self.delete_rows(conn, [Removal(m.container, m.id) for m in got])
+            if len(ids) < self.cleanup_batch:
+                break
+        self._counters["cleaned"] += total
+        return total
+
+    def get_many(self, conn: Connection, ids: Sequence[int]) -> list[StoredMessage]:
+        """Rows by ID (any order)."""
+        stmt = sa.select(*self._columns()).where(self.schema.msgs.c.id.in_(list(ids)))
+        return [StoredMessage(*r) for r in conn.execute(stmt).all()]
+
+    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
+        if remove:
+            with self._tx() as conn:
+                rows = [
+                    StoredMessage(*r)
+                    for r in conn.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
+                ]
+                self.delete_rows(conn, [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows])
+            return rows
+        return self._read(
+            lambda c: [
+                StoredMessage(*r)
+                for r in c.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
+            ]
+        )
+
+    def stats(self) -> StoreStats:
+        def read(conn: Connection) -> StoreStats:
+            m = self.schema.msgs.c
+            depths = conn.execute(
+                sa.select(m.container, sa.func.count()).where(m.xid.is_(None)).group_by(m.container)
+            ).all()
+            subs = conn.execute(self.sql.count_all_subscriptions).all()
+            return StoreStats(
+                destinations={r[0]: int(r[1]) for r in depths},
+                subscriptions={SubscriptionKey(r[0], r[1], r[2]): int(r[3]) for r in subs},
+                counters={
+                    **self._counters,
+                    "last_id": float(self._last_id),
+                    "master": float(self.locker.is_held()),
+                },
+            )
+
+        return self._read(read)
+
+
+__all__ = ["PostgresStore"]

@@ -1,0 +1,62 @@
+"""Checks on what a broker hands the store, before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mqstore.errors import DuplicateMessageError, InvalidMessageError
+from mqstore.schema import NAME_LENGTH
+from mqstore.store.model import CONTAINER_PREFIXES, NewMessage
+
+
+def check_container(container: str) -> None:
+    """A qualified ActiveMQ destination name (``queue://NAME`` ...) of at most 250 chars."""
+    if not isinstance(container, str) or not container.startswith(CONTAINER_PREFIXES):
+        raise InvalidMessageError(
+            f"destination {container!r} must start with one of {', '.join(CONTAINER_PREFIXES)}"
+        )
+    name = container.split("://", 1)[1]
+    if not name:
+        raise InvalidMessageError(f"destination {container!r} has an empty name")
+    if len(container) > NAME_LENGTH:
+        raise InvalidMessageError(
+            f"destination {container[:40]!r}... is {len(container)} characters; ActiveMQ's "
+            f"CONTAINER column holds at most {NAME_LENGTH}: use a shorter name"
+        )
+
+
+def check_topic(container: str) -> None:
+    """Durable subscriptions live on topics only."""
+    check_container(container)
+    if not container.startswith("topic://"):
+        raise InvalidMessageError(f"durable subscriptions need a topic, not {container!r}")
+
+
+def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> None:
+    """Validate a batch of new messages; raises before anything is written."""
+    seen: set[tuple[str, str, int]] = set()
+    for m in messages:
+        check_container(m.container)
+        if not 0 <= m.priority <= 9:
+            raise InvalidMessageError(f"priority {m.priority} is outside 0..9 ({m.container})")
+        if m.expiration < 0:
+            raise InvalidMessageError(
+                f"expiration {m.expiration} is negative: use 0 for never, else epoch ms"
+            )
+        if not m.msgid_prod or len(m.msgid_prod) > NAME_LENGTH:
+            raise InvalidMessageError(
+                f"producer id must be 1..{NAME_LENGTH} characters, got {len(m.msgid_prod or '')}"
+            )
+        if not isinstance(m.msg, (bytes, bytearray, memoryview)):
+            raise InvalidMessageError("message body must be bytes (an OpenWire frame)")
+        if len(m.msg) > max_bytes:
+            raise InvalidMessageError(
+                f"message of {len(m.msg)} bytes exceeds the limit of {max_bytes} bytes "
+                "(max_message_bytes)"
+            )
+        key = (m.container, m.msgid_prod, m.msgid_seq)
+        if key in seen:
+            raise DuplicateMessageError(
+                f"message {m.msgid_prod}:{m.msgid_seq} appears twice for {m.container}"
+            )
+        seen.add(key)

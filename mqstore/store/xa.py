@@ -1,0 +1,168 @@
+"""XA two-phase commit on ActiveMQ's XID columns (reference §6).
+
+Prepared work is written with the XID set, so readers (which filter ``XID IS NULL``) do not
+see it: adds are inserted with a ``+`` XID, queue removals mark the row with a ``-`` XID,
+durable acks mark the ACKS row with the new LAST_ACKED_ID inside the XID bytes. Commit moves
+prepared adds to fresh IDs (so they sort after messages committed earlier).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from mqstore.errors import TransactionError
+from mqstore.store.model import (
+    Ack,
+    Batch,
+    Outcome,
+    PreparedTransaction,
+    Removal,
+    StoredMessage,
+    SubscriptionKey,
+    Xid,
+)
+from mqstore.store.validation import check_messages
+
+if TYPE_CHECKING:
+    from mqstore.store.postgres import PostgresStore
+
+
+class XaOperations:
+    """Prepare, commit, roll back and recover XA transactions for a :class:`PostgresStore`."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    def prepare(self, xid: Xid, batch: Batch) -> list[int]:
+        """Write the work invisibly; returns the (temporary) IDs of its adds."""
+        store = self.store
+        check_messages(batch.adds, store.max_message_bytes)
+        if any(p.xid == xid for p in self.recover()):
+            raise TransactionError(f"XA transaction {xid} is already prepared")
+        m, a = store.schema.msgs, store.schema.acks
+        ids = store.next_ids(len(batch.adds))
+        with store._tx() as conn:
+            store.insert_rows(conn, store.rows_for(batch.adds, ids, xid.encode("+")))
+            for removal in batch.removes:
+                result = conn.execute(
+                    sa.update(m)
+                    .where(
+                        m.c.id == removal.id, m.c.container == removal.container, m.c.xid.is_(None)
+                    )
+                    .values(xid=xid.encode("-"))
+                )
+                if result.rowcount != 1:
+                    raise TransactionError(
+                        f"cannot prepare the removal of message {removal.id} from "
+                        f"{removal.container}: not stored or already in another transaction"
+                    )
+            for ack in batch.acks:
+                prio = store.column_priority(ack.priority)
+                conn.execute(
+                    sa.update(a)
+                    .where(
+                        a.c.container == ack.key.container,
+                        a.c.client_id == ack.key.client_id,
+                        a.c.sub_name == ack.key.sub_name,
+                        a.c.priority == prio,
+                    )
+                    .values(xid=xid.encode("-", ack.message_id, prio))
+                )
+        return ids
+
+    def _prepared(
+        self, conn: Connection
+    ) -> dict[Xid, tuple[list[StoredMessage], list[StoredMessage], list[Ack]]]:
+        store = self.store
+        m, a = store.schema.msgs, store.schema.acks
+        found: dict[Xid, tuple[list[StoredMessage], list[StoredMessage], list[Ack]]] = defaultdict(
+            lambda: ([], [], [])
+        )
+        rows = conn.execute(
+            sa.select(
+                m.c.id,
+                m.c.container,
+                m.c.msgid_prod,
+                m.c.msgid_seq,
+                m.c.expiration,
+                m.c.priority,
+                m.c.msg,
+                m.c.xid,
+            )
+            .where(m.c.xid.is_not(None))
+            .order_by(m.c.id)
+        ).all()
+        for row in rows:
+            msg = StoredMessage(*row)
+            xid, marker, _, _ = Xid.decode(str(msg.xid))
+            found[xid][0 if marker == "+" else 1].append(msg)
+        for row in conn.execute(
+            sa.select(a.c.container, a.c.client_id, a.c.sub_name, a.c.xid).where(
+                a.c.xid.is_not(None)
+            )
+        ).all():
+            xid, _, last_ack, prio = Xid.decode(row.xid)
+            found[xid][2].append(
+                Ack(SubscriptionKey(row.container, row.client_id, row.sub_name), last_ack, prio)
+            )
+        return found
+
+    def recover(self) -> list[PreparedTransaction]:
+        """Every prepared transaction found in the tables."""
+        found = self.store._read(self._prepared)
+        return [
+            PreparedTransaction(x, tuple(ad), tuple(rm), tuple(ak))
+            for x, (ad, rm, ak) in found.items()
+        ]
+
+    def _take(
+        self, conn: Connection, xid: Xid
+    ) -> tuple[list[StoredMessage], list[StoredMessage], list[Ack]]:
+        work = self._prepared(conn).get(xid)
+        if work is None:
+            raise TransactionError(f"no prepared XA transaction {xid}")
+        return work
+
+    def commit(self, xid: Xid) -> None:
+        """Adds move to fresh IDs and become visible; removals and acks take effect."""
+        store = self.store
+        m = store.schema.msgs
+        with store._tx() as conn:
+            adds, removes, acks = self._take(conn, xid)
+            for msg, new_id in zip(adds, store.next_ids(len(adds)), strict=True):
+                conn.execute(sa.update(m).where(m.c.id == msg.id).values(xid=None, id=new_id))
+            conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in removes])).values(xid=None))
+            store.delete_rows(conn, [Removal(r.container, r.id) for r in removes])
+            store.apply_acks(conn, acks)
+            self._clear_ack_xids(conn, acks)
+
+    def rollback(self, xid: Xid) -> None:
+        """Prepared adds vanish (recorded as rolled back); removals and acks are undone."""
+        store = self.store
+        m = store.schema.msgs
+        with store._tx() as conn:
+            adds, removes, acks = self._take(conn, xid)
+            conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in adds])).values(xid=None))
+            store.delete_rows(
+                conn, [Removal(r.container, r.id, Outcome.XA_ROLLED_BACK) for r in adds]
+            )
+            conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in removes])).values(xid=None))
+            self._clear_ack_xids(conn, acks)
+
+    def _clear_ack_xids(self, conn: Connection, acks: list[Ack]) -> None:
+        a = self.store.schema.acks
+        for ack in acks:
+            conn.execute(
+                sa.update(a)
+                .where(
+                    a.c.container == ack.key.container,
+                    a.c.client_id == ack.key.client_id,
+                    a.c.sub_name == ack.key.sub_name,
+                    a.c.priority == ack.priority,
+                )
+                .values(xid=None)
+            )

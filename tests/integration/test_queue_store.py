@@ -1,0 +1,174 @@
+"""Queue semantics of the PostgreSQL store, as ActiveMQ's JDBC store has them."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from mqstore.errors import (
+    DuplicateMessageError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    SchemaVersionError,
+)
+from mqstore.store import Batch, Outcome, PostgresStore, Removal
+from tests.integration.conftest import StoreFactory, msg
+
+Q = "queue://orders"
+
+
+def _seqs(rows: list) -> list[int]:  # type: ignore[type-arg]
+    return [r.msgid_seq for r in rows]
+
+
+def test_plain_mode_is_fifo_and_stores_priority_zero(store: PostgresStore, engine: Engine) -> None:
+    ids = store.add([msg(Q, 1, priority=0), msg(Q, 2, priority=9), msg(Q, 3, priority=4)])
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert _seqs(store.page(Q, None, 10)) == [1, 2, 3]
+    with engine.connect() as conn:
+        assert set(conn.execute(sa.text("SELECT priority FROM activemq_msgs")).scalars()) == {0}
+
+
+def test_prioritized_mode_orders_priority_then_fifo(make_store: StoreFactory) -> None:
+    store = make_store(prioritized=True)
+    store.add(
+        [
+            msg(Q, 1, priority=0),
+            msg(Q, 2, priority=9),
+            msg(Q, 3, priority=4),
+            msg(Q, 4, priority=9),
+            msg(Q, 5, priority=4),
+        ]
+    )
+    assert _seqs(store.page(Q, None, 10)) == [2, 4, 3, 5, 1]
+
+
+def test_paging_across_pages_with_cursor(make_store: StoreFactory) -> None:
+    store = make_store(prioritized=True)
+    store.add([msg(Q, i, priority=i % 10) for i in range(1, 96)])
+    seen: list[int] = []
+    cursor = None
+    while page := store.page(Q, cursor, 7):
+        seen += _seqs(page)
+        cursor = page[-1].cursor
+    expected = sorted(range(1, 96), key=lambda i: (-(i % 10), i))
+    assert seen == expected
+
+
+def test_remove_count_find_update_purge(store: PostgresStore) -> None:
+    ids = store.add([msg(Q, i) for i in range(1, 6)])
+    assert store.count(Q) == 5
+    assert store.remove(Q, ids[:2]) == 2
+    assert store.remove(Q, ids[:2]) == 0  # already gone
+    assert store.count(Q) == 3
+    found = store.find("ID:test-1:1:1", 4)
+    assert found is not None and found.id == ids[3] and found.msg == b"body-4"
+    store.update(Q, ids[3], b"rewritten")
+    assert store.get(ids[3]).msg == b"rewritten"  # type: ignore[union-attr]
+    with pytest.raises(MessageNotFoundError):
+        store.update(Q, ids[0], b"gone")
+    assert store.destinations() == [Q]
+    assert store.purge(Q) == 3
+    assert store.count(Q) == 0
+
+
+def test_batch_is_atomic(store: PostgresStore) -> None:
+    [first] = store.add([msg(Q, 1)])
+    with pytest.raises(DuplicateMessageError):
+        store.commit(Batch(adds=[msg(Q, 2), msg(Q, 1)], removes=[Removal(Q, first)]))
+    assert _seqs(store.page(Q, None, 10)) == [1]
+
+
+def test_duplicate_jms_id_in_one_destination_is_refused(store: PostgresStore) -> None:
+    store.add([msg(Q, 1)])
+    with pytest.raises(DuplicateMessageError, match="same JMS message id"):
+        store.add([msg(Q, 1)])
+    store.add([msg("queue://other", 1)])  # another destination may hold the same id
+    assert store.count(Q) == 1
+
+
+@pytest.mark.parametrize(
+    ("message", "match"),
+    [
+        (msg("orders", 1), "must start with"),
+        (msg("queue://" + "x" * 250, 1), "at most 250"),
+        (msg(Q, 1, priority=10), "outside 0..9"),
+        (msg(Q, 1, priority=-1), "outside 0..9"),
+        (msg(Q, 1, expiration=-5), "negative"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_written(
+    store: PostgresStore, message: object, match: str
+) -> None:
+    with pytest.raises(InvalidMessageError, match=match):
+        store.add([msg(Q, 100), message])  # type: ignore[list-item]
+    assert store.count(Q) == 0
+
+
+def test_oversized_message_is_refused(make_store: StoreFactory) -> None:
+    store = make_store(max_message_bytes=1024)
+    with pytest.raises(InvalidMessageError, match="exceeds the limit"):
+        store.add([msg(Q, 1, body=b"x" * 1025)])
+
+
+def test_ids_resume_after_restart_from_msgs_and_acks(
+    engine: Engine, make_store: StoreFactory
+) -> None:
+    store = make_store()
+    ids = store.add([msg(Q, 1), msg(Q, 2)])
+    store.stop()
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO activemq_acks (container, client_id, sub_name, last_acked_id, "
+                "priority) VALUES ('topic://t', 'c', 's', 500, 0)"
+            )
+        )
+    again = make_store()
+    assert again.add([msg(Q, 3)]) == [501]
+    assert ids[-1] < 501
+
+
+def test_expiry_sweep_removes_and_records_history(store: PostgresStore, engine: Engine) -> None:
+    store.add(
+        [
+            msg(Q, 1, expiration=1000),
+            msg(Q, 2, expiration=0),
+            msg(Q, 3, expiration=2000),
+            msg(Q, 4, expiration=99_999_999_999_999),
+        ]
+    )
+    peek = store.expire(now_ms=5000, limit=10, remove=False)
+    assert _seqs(peek) == [1, 3] and store.count(Q) == 4
+    gone = store.expire(now_ms=5000, limit=1)
+    assert _seqs(gone) == [1]
+    assert _seqs(store.expire(now_ms=5000, limit=10)) == [3]
+    assert _seqs(store.page(Q, None, 10)) == [2, 4]
+    with engine.connect() as conn:
+        outcomes = conn.execute(
+            sa.text("SELECT msgid_seq, outcome FROM mqstore_history ORDER BY hist_id")
+        ).all()
+    assert outcomes == [(1, "expired"), (3, "expired")]
+
+
+def test_history_records_removals_with_outcome(store: PostgresStore, engine: Engine) -> None:
+    ids = store.add([msg(Q, 1), msg(Q, 2), msg(Q, 3)])
+    store.remove(Q, [ids[0]])
+    store.commit(Batch(removes=[Removal(Q, ids[1], Outcome.DEAD_LETTERED)]))
+    store.purge(Q)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT id, container, outcome FROM mqstore_history ORDER BY hist_id")
+        ).all()
+    assert rows == [
+        (ids[0], Q, "acknowledged"),
+        (ids[1], Q, "dead-lettered"),
+        (ids[2], Q, "purged"),
+    ]
+
+
+def test_start_refuses_a_database_behind_the_schema(empty_engine: Engine) -> None:
+    store = PostgresStore(empty_engine)
+    with pytest.raises(SchemaVersionError, match="mqstore db upgrade"):
+        store.start()
