@@ -1,0 +1,117 @@
+"""SparkSession for the mqstore jobs: the PostgreSQL JDBC jar from disk, nothing from the network.
+
+Run locally (``python -m spark_etl ...`` or ``mqstore export``), the session is ``local[*]``
+tuned to start fast. Run under ``spark-submit``, master, jars and resources are left to
+``spark-submit`` (the driver's ``--jars`` must name the PostgreSQL JDBC driver).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Where Debian's ``libpostgresql-jdbc-java`` puts the driver.
+DEBIAN_JAR = "/usr/share/java/postgresql.jar"
+JAR_ENV = "MQSTORE_JDBC_JAR"
+
+
+class JdbcJarMissingError(RuntimeError):
+    """The PostgreSQL JDBC driver jar cannot be found."""
+
+
+def find_jdbc_jar(explicit: str | None = None) -> str:
+    """The JDBC jar: ``explicit``, else ``$MQSTORE_JDBC_JAR``, else Debian's path."""
+    for origin, candidate in (
+        ("the jdbc_jar setting", explicit),
+        (f"${JAR_ENV}", os.environ.get(JAR_ENV)),
+        ("the Debian default", DEBIAN_JAR),
+    ):
+        if not candidate:
+            continue
+        if Path(candidate).is_file():
+            return str(Path(candidate).resolve())
+        if origin != "the Debian default":
+            raise JdbcJarMissingError(f"PostgreSQL JDBC jar {candidate!r} from {origin} not found")
+    raise JdbcJarMissingError(
+        f"PostgreSQL JDBC driver not found at {DEBIAN_JAR}: install it with "
+        "`apt-get install libpostgresql-jdbc-java`, or set MQSTORE_JDBC_JAR to a postgresql.jar"
+    )
+
+
+def under_spark_submit() -> bool:
+    """True when this Python driver was started by ``spark-submit`` (a JVM gateway exists)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def local_conf(master: str, jar: str, *, fast_start: bool, driver_memory: str) -> dict[str, str]:
+    """Settings for a local session (see docs/spark.md for what each one buys)."""
+    cores = os.cpu_count() or 2
+    java_opts = "-XX:+UseParallelGC"
+    if fast_start:
+        java_opts = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    parallelism = "1" if master == "local[1]" else str(cores)
+    return {
+        "spark.master": master,
+        "spark.jars": jar,
+        "spark.driver.memory": driver_memory,
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": parallelism,
+        "spark.default.parallelism": parallelism,
+        "spark.sql.adaptive.enabled": "false" if fast_start else "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.sources.partitionOverwriteMode": "static",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+    }
+
+
+def build_session(
+    master: str | None = None,
+    *,
+    app_name: str = "mqstore-etl",
+    jdbc_jar: str | None = None,
+    fast_start: bool = False,
+    driver_memory: str = "2g",
+    conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """Get or create the SparkSession.
+
+    ``master`` defaults to ``local[*]`` when run directly; under ``spark-submit`` it must
+    stay None (``--master``/``--jars`` decide). ``fast_start`` trades peak JIT speed for
+    a 2-3 s quicker JVM start (tests). ``conf`` adds or overrides settings.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if under_spark_submit() and master is None:
+        settings: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+    else:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        settings = local_conf(
+            master or "local[*]",
+            find_jdbc_jar(jdbc_jar),
+            fast_start=fast_start,
+            driver_memory=driver_memory,
+        )
+        if not (master or "local").startswith("local"):
+            for key in ("spark.driver.bindAddress", "spark.driver.host"):
+                settings.pop(key)
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+__all__ = ["DEBIAN_JAR", "JdbcJarMissingError", "build_session", "find_jdbc_jar"]

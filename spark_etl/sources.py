@@ -1,0 +1,234 @@
+"""Extract: JDBC reads of ActiveMQ's tables (and mqstore's history) into DataFrames.
+
+Column names come back lower case whatever the database returns. The big table,
+``ACTIVEMQ_MSGS``, is read in ``ID`` ranges (one connection per partition); incremental
+reads push ``ID > watermark`` down to PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from mqstore.schema import table_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_FETCHSIZE = 10_000
+_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
+_DROPPED_PARAMS = {"host", "hostaddr", "port", "user", "password", "dbname"}
+
+
+class SourceError(ValueError):
+    """A DSN or table the Spark jobs cannot use; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class JdbcSource:
+    """Where to read: a JDBC URL, its connection properties and the table prefix."""
+
+    url: str
+    properties: dict[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    fetchsize: int = DEFAULT_FETCHSIZE
+
+    def table(self, base: str) -> str:
+        """PostgreSQL name of ``base`` (``ACTIVEMQ_MSGS``...) under this prefix."""
+        return table_name(self.prefix, base)
+
+    def options(self) -> dict[str, str]:
+        """Reader options shared by every read."""
+        return {
+            "url": self.url,
+            "driver": "org.postgresql.Driver",
+            "fetchsize": str(self.fetchsize),
+            **self.properties,
+        }
+
+
+def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) -> JdbcSource:
+    """Translate a ``postgresql://user:pw@host:port/db?opts`` DSN into a :class:`JdbcSource`.
+
+    User and password become connection properties (never part of the URL). libpq
+    parameters other than host/port/user/password are passed on (``sslmode`` and the
+    like mean the same to pgjdbc). A Unix-socket DSN is refused: pgjdbc speaks TCP only.
+    """
+    scheme, sep, _ = dsn.partition("://")
+    if not sep or scheme not in _SCHEMES:
+        raise SourceError(
+            f"invalid DSN: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME, got scheme "
+            f"{scheme!r} (set MQSTORE_DSN or --dsn)"
+        )
+    parts = urlsplit("postgresql://" + dsn.split("://", 1)[1])
+    params = dict(parse_qsl(parts.query))
+    host = params.get("host") or unquote(parts.hostname or "")
+    if not host or host.startswith("/"):
+        raise SourceError(
+            "the PostgreSQL JDBC driver cannot use a Unix-socket DSN "
+            f"({'host=' + host if host else 'no host'}): give a TCP host, e.g. "
+            "postgresql://USER@127.0.0.1:5432/DBNAME"
+        )
+    try:
+        port = int(params.get("port") or parts.port or 5432)
+    except ValueError:
+        raise SourceError(f"invalid port in DSN host {parts.netloc.rpartition('@')[2]!r}") from None
+    database = unquote(parts.path.lstrip("/")) or params.get("dbname") or ""
+    host_part = f"[{host}]" if ":" in host else host
+    extra = {k: v for k, v in params.items() if k not in _DROPPED_PARAMS}
+    query = "&".join(f"{k}={v}" for k, v in sorted(extra.items()))
+    url = f"jdbc:postgresql://{host_part}:{port}/{database}" + (f"?{query}" if query else "")
+    props: dict[str, str] = {}
+    user = unquote(parts.username) if parts.username else params.get("user")
+    password = unquote(parts.password) if parts.password else params.get("password")
+    user = user or os.environ.get("PGUSER")
+    password = password or os.environ.get("PGPASSWORD")
+    if user:
+        props["user"] = user
+    if password:
+        props["password"] = password
+    return JdbcSource(url=url, properties=props, prefix=prefix, fetchsize=fetchsize)
+
+
+def _lower(df: DataFrame) -> DataFrame:
+    """Normalise column names to lower case (pandas code inside UDFs is case sensitive)."""
+    return df.toDF(*[c.lower() for c in df.columns])
+
+
+def read_query(spark: SparkSession, src: JdbcSource, sql: str) -> DataFrame:
+    """Run one (small) SQL query through JDBC."""
+    return _lower(spark.read.format("jdbc").options(**src.options()).option("query", sql).load())
+
+
+def read_table(spark: SparkSession, src: JdbcSource, base: str) -> DataFrame:
+    """A whole (small) table: ``ACTIVEMQ_ACKS``, ``ACTIVEMQ_LOCK``."""
+    return _lower(
+        spark.read.format("jdbc").options(**src.options()).option("dbtable", src.table(base)).load()
+    )
+
+
+def table_exists(spark: SparkSession, src: JdbcSource, base: str) -> bool:
+    """Whether ``base`` exists under the prefix (on the connection's search_path)."""
+    name = src.table(base).replace("'", "''")
+    row = read_query(spark, src, f"SELECT to_regclass('{name}') IS NOT NULL AS present").first()
+    return bool(row and row["present"])
+
+
+def key_bounds(
+    spark: SparkSession, src: JdbcSource, base: str, key: str, after: int | None = None
+) -> tuple[int | None, int | None]:
+    """MIN and MAX of ``key`` (above ``after`` when given); (None, None) for no rows."""
+    where = f" WHERE {key} > {int(after)}" if after is not None else ""
+    row = read_query(
+        spark, src, f"SELECT min({key}) AS lo, max({key}) AS hi FROM {src.table(base)}{where}"
+    ).first()
+    if row is None or row["lo"] is None:
+        return None, None
+    return int(row["lo"]), int(row["hi"])
+
+
+def default_partitions(spark: SparkSession) -> int:
+    """About one partition per core (more do not read faster and cost connections)."""
+    return max(1, int(spark.sparkContext.defaultParallelism))
+
+
+def read_ranged(
+    spark: SparkSession,
+    src: JdbcSource,
+    base: str,
+    key: str,
+    *,
+    after: int | None = None,
+    upto: int | None = None,
+    partitions: int | None = None,
+    columns: list[str] | None = None,
+) -> DataFrame:
+    """Rows of ``base`` with ``after < key <= upto``, read in ``partitions`` key ranges.
+
+    The bounds come from MIN/MAX of the rows above ``after``; ``lowerBound`` is
+    ``after + 1`` so no partition is spent on rows already exported. The key filters
+    are pushed down to PostgreSQL.
+    """
+    lo, hi = key_bounds(spark, src, base, key, after)
+    reader = spark.read.format("jdbc").options(**src.options()).option("dbtable", src.table(base))
+    n = partitions or default_partitions(spark)
+    if lo is not None and hi is not None and hi > lo and n > 1:
+        hi_bound = min(hi, upto) if upto is not None else hi
+        lo_bound = max(lo, after + 1) if after is not None else lo
+        reader = (
+            reader.option("partitionColumn", key)
+            .option("lowerBound", str(lo_bound))
+            .option("upperBound", str(max(hi_bound, lo_bound + 1)))
+            .option("numPartitions", str(n))
+        )
+    df = _lower(reader.load())
+    if columns is not None:
+        df = df.select(*columns)
+    if after is not None:
+        df = df.where(df[key] > after)
+    if upto is not None:
+        df = df.where(df[key] <= upto)
+    return df
+
+
+def read_keys(
+    spark: SparkSession, src: JdbcSource, base: str, keys: list[int], key: str
+) -> DataFrame:
+    """Rows of ``base`` whose ``key`` is one of ``keys`` (stragglers, so a short list)."""
+    table = src.table(base)
+    id_list = ",".join(str(int(k)) for k in keys) or "NULL"
+    return read_query(spark, src, f"SELECT * FROM {table} WHERE {key} IN ({id_list})")
+
+
+def read_msgs(
+    spark: SparkSession,
+    src: JdbcSource,
+    *,
+    after: int | None = None,
+    upto: int | None = None,
+    partitions: int | None = None,
+) -> DataFrame:
+    """``ACTIVEMQ_MSGS`` rows with ``after < ID <= upto``, partitioned on ``ID``."""
+    return read_ranged(
+        spark, src, "ACTIVEMQ_MSGS", "id", after=after, upto=upto, partitions=partitions
+    )
+
+
+SNAPSHOT_COLUMNS = ["id", "container", "msgid_prod", "msgid_seq", "expiration", "priority", "xid"]
+
+
+def read_msg_index(spark: SparkSession, src: JdbcSource) -> DataFrame:
+    """Every ``ACTIVEMQ_MSGS`` row without its ``MSG`` (the snapshot of what is stored)."""
+    cols = ", ".join(SNAPSHOT_COLUMNS)
+    return read_query(spark, src, f"SELECT {cols} FROM {src.table('ACTIVEMQ_MSGS')}")
+
+
+def read_acks(spark: SparkSession, src: JdbcSource) -> DataFrame:
+    """``ACTIVEMQ_ACKS``: durable subscriptions (one row per priority) and XA acks."""
+    return read_table(spark, src, "ACTIVEMQ_ACKS")
+
+
+def read_lock(spark: SparkSession, src: JdbcSource) -> DataFrame:
+    """``ACTIVEMQ_LOCK``: the lease row."""
+    return read_table(spark, src, "ACTIVEMQ_LOCK")
+
+
+__all__ = [
+    "DEFAULT_FETCHSIZE",
+    "SNAPSHOT_COLUMNS",
+    "JdbcSource",
+    "SourceError",
+    "jdbc_source",
+    "key_bounds",
+    "read_acks",
+    "read_keys",
+    "read_lock",
+    "read_msg_index",
+    "read_msgs",
+    "read_query",
+    "read_ranged",
+    "read_table",
+    "table_exists",
+]
