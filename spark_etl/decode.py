@@ -6,13 +6,13 @@ does not decode gets null fields and ``decode_error`` set instead of failing the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as sf
+from pyspark.sql.types import StructType
 
 from mqstore.openwire import DecodeError, MessageKind, decode, to_plain
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
 
 #: Decoded fields, in order, with their Spark SQL types.
 DECODED_FIELDS: tuple[tuple[str, str], ...] = (
@@ -67,24 +67,22 @@ def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
         row["body_size"] = len(msg.content) if msg.content is not None else 0
     except (DecodeError, ValueError, IndexError, OverflowError) as exc:
         row = dict.fromkeys(_NAMES)
-        row["decode_error"] = f"{type(exc).__name__}: {exc}" if not isinstance(
-            exc, DecodeError
-        ) else str(exc)
+        row["decode_error"] = (
+            f"{type(exc).__name__}: {exc}" if not isinstance(exc, DecodeError) else str(exc)
+        )
     return row
 
 
 def decoded_type() -> StructType:
     """The Spark type of a decoded ``MSG``."""
-    from pyspark.sql.types import StructType
-
-    return StructType.fromDDL(", ".join(f"{n} {t}" for n, t in DECODED_FIELDS))
+    parsed = StructType.fromDDL(", ".join(f"{n} {t}" for n, t in DECODED_FIELDS))
+    assert isinstance(parsed, StructType)
+    return parsed
 
 
 def decode_column(msg: Column | str) -> Column:
     """A struct column of the decoded fields, computed by an Arrow-batched Python UDF."""
-    from pyspark.sql.functions import udf
-
-    fn = udf(decode_msg, returnType=decoded_type(), useArrow=True)
+    fn = sf.udf(decode_msg, returnType=decoded_type(), useArrow=True)
     return fn(msg)
 
 
@@ -94,12 +92,10 @@ def with_decoded(df: DataFrame, msg_col: str = "msg", keep_msg: bool = True) -> 
     The table's own ``priority`` column (0 unless ``prioritizedMessages``) is kept as
     ``store_priority``; ``priority`` is then the JMS priority from inside ``MSG``.
     """
-    from pyspark.sql import functions as F
-
     if "priority" in df.columns:
         df = df.withColumnRenamed("priority", "store_priority")
-    df = df.withColumn("_decoded", decode_column(F.col(msg_col)))
-    df = df.select(*df.columns[:-1], *[F.col("_decoded")[n].alias(n) for n in _NAMES])
+    df = df.withColumn("_decoded", decode_column(sf.col(msg_col)))
+    df = df.select(*df.columns[:-1], *[sf.col("_decoded")[n].alias(n) for n in _NAMES])
     return df if keep_msg else df.drop(msg_col)
 
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession
 
 #: Where Debian's ``libpostgresql-jdbc-java`` puts the driver.
 DEBIAN_JAR = "/usr/share/java/postgresql.jar"
@@ -88,8 +86,6 @@ def build_session(
     stay None (``--master``/``--jars`` decide). ``fast_start`` trades peak JIT speed for
     a 2-3 s quicker JVM start (tests). ``conf`` adds or overrides settings.
     """
-    from pyspark.sql import SparkSession
-
     builder = SparkSession.builder.appName(app_name)
     if under_spark_submit() and master is None:
         settings: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
