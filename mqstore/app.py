@@ -1,0 +1,136 @@
+"""The composition root: settings → database → store (plain or journaled) → broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+
+from mqstore import db
+from mqstore.embedded import EmbeddedPostgres
+from mqstore.lock import LeaseLocker, Locker, NoLocker, RowLocker
+from mqstore.schema import build_schema
+from mqstore.settings import Settings
+from mqstore.store import PostgresStore, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Database:
+    """A reachable database: its DSN, an engine, and the embedded server if we started one."""
+
+    dsn: str
+    engine: Engine
+    embedded: EmbeddedPostgres | None
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.embedded is not None:
+            self.embedded.close()
+
+
+@contextmanager
+def open_database(settings: Settings) -> Iterator[Database]:
+    """Connect to ``settings.dsn``, or start the embedded PostgreSQL when no DSN is set."""
+    embedded: EmbeddedPostgres | None = None
+    dsn = settings.dsn
+    if dsn is None:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        dsn = embedded.start()
+    engine = db.create_engine(dsn)
+    database = Database(dsn, engine, embedded)
+    try:
+        db.check_connection(engine)
+        yield database
+    finally:
+        database.close()
+
+
+def build_locker(settings: Settings, engine: Engine) -> Locker:
+    """The master lock the settings ask for."""
+    schema = build_schema(settings.table_prefix)
+    if settings.lock == "lease":
+        return LeaseLocker(
+            engine,
+            schema,
+            settings.broker_name,
+            lease_ms=settings.lease_ms,
+            renew_ms=settings.renew_ms,
+            max_clock_diff_ms=settings.lock_max_clock_diff_ms,
+        )
+    if settings.lock == "row":
+        return RowLocker(engine, schema, settings.broker_name, renew_ms=settings.renew_ms)
+    return NoLocker()
+
+
+def build_store(settings: Settings, engine: Engine, locker: Locker | None = None) -> Store:
+    """A PostgreSQL store, wrapped by the journal when ``settings.journal`` is on."""
+    pg = PostgresStore(
+        engine,
+        prefix=settings.table_prefix,
+        locker=locker if locker is not None else build_locker(settings, engine),
+        prioritized=settings.prioritized_messages,
+        max_message_bytes=settings.max_message_bytes,
+        cleanup_interval_s=settings.cleanup_interval_s,
+        cleanup_batch=settings.cleanup_batch,
+    )
+    if not settings.journal:
+        return pg
+    from journal.store import JournaledStore
+
+    return JournaledStore(
+        pg,
+        settings.resolved_journal_dir,
+        sync_policy=settings.journal_sync,
+        segment_size=settings.journal_segment_mb * 1024 * 1024,
+        checkpoint_interval_ms=settings.checkpoint_interval_ms,
+        max_pending_bytes=settings.checkpoint_max_pending_mb * 1024 * 1024,
+        shared_lock=settings.lock != "none",
+    )
+
+
+def serve(settings: Settings, host: str, port: int) -> None:
+    """Run the STOMP broker on the store until SIGTERM/SIGINT, then shut down gracefully."""
+    from mqstore.broker import Broker, BrokerConfig
+
+    with open_database(settings) as database:
+        if database.embedded is not None:
+            from mqstore import migrate
+
+            migrate.upgrade(database.engine, settings.table_prefix)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        store = build_store(settings, database.engine)
+        log.info("waiting for the master lock (%s)", settings.lock)
+        start = store.start
+        try:
+            start(stop) if isinstance(store, PostgresStore) else start()
+        except Exception:
+            if stop.is_set():
+                return
+            raise
+        try:
+            asyncio.run(_run_broker(Broker, BrokerConfig, store, host, port, stop))
+        finally:
+            store.stop()
+
+
+async def _run_broker(
+    broker_cls: type, config_cls: type, store: Store, host: str, port: int, stop: threading.Event
+) -> None:
+    broker = broker_cls(store, config_cls())
+    await broker.start(host, port)
+    log.info("mqstore serving STOMP on %s:%s", host, broker.port)
+    print(f"mqstore serving STOMP on {host}:{broker.port}", flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, stop.wait)
+    log.info("shutting down")
+    await broker.stop()

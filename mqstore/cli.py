@@ -1,0 +1,391 @@
+"""The ``mqstore`` command: database lifecycle, serve, browse, stats, journal and lock tools.
+
+Every flag mirrors a setting (``MQSTORE_<NAME>``); errors a user can cause print one line
+that says what to do, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mqstore import migrate
+from mqstore.errors import MqstoreError
+from mqstore.settings import Settings, load_settings
+
+T = TypeVar("T")
+console = Console()
+err_console = Console(stderr=True)
+
+app = typer.Typer(
+    help="mqstore: ActiveMQ-compatible message store on PostgreSQL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(
+    help="Create, migrate, check and adopt the database schema.", no_args_is_help=True
+)
+journal_app = typer.Typer(help="Inspect and repair a local journal.", no_args_is_help=True)
+lock_app = typer.Typer(help="The master lock on ACTIVEMQ_LOCK.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(journal_app, name="journal")
+app.add_typer(lock_app, name="lock")
+
+DsnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dsn", help="PostgreSQL DSN [MQSTORE_DSN]; unset: embedded PostgreSQL in --data-dir"
+    ),
+]
+PrefixOpt = Annotated[
+    str | None, typer.Option("--table-prefix", help="ActiveMQ tablePrefix [MQSTORE_TABLE_PREFIX]")
+]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="embedded PostgreSQL and journal [MQSTORE_DATA_DIR]"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _run(fn: Callable[[], T]) -> T:
+    """Run a command body; mqstore errors become one line on stderr and exit code 2."""
+    try:
+        return fn()
+    except MqstoreError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _settings(dsn: str | None, prefix: str | None, data_dir: Path | None, **more: Any) -> Settings:
+    return load_settings(dsn=dsn, table_prefix=prefix, data_dir=data_dir, **more)
+
+
+def _status_table(settings: Settings) -> None:
+    from mqstore.app import open_database
+
+    with open_database(settings) as database:
+        table = Table(title="mqstore tables")
+        for col in ("table", "rows", "detail"):
+            table.add_column(col)
+        for status in migrate.table_status(database.engine, settings.table_prefix):
+            rows = str(status.rows) if status.exists else "missing"
+            table.add_row(status.name, rows, status.detail)
+        console.print(table)
+        with database.engine.connect() as conn:
+            revision = migrate.current_revision(conn, settings.table_prefix)
+        console.print(f"schema revision: {revision} (head {migrate.head_revision()})")
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+    revision: Annotated[str, typer.Option(help="target revision")] = "head",
+) -> None:
+    """Create or migrate mqstore's tables (ActiveMQ-compatible) to REVISION."""
+
+    def body() -> None:
+        from mqstore.app import open_database
+
+        settings = _settings(dsn, table_prefix, data_dir)
+        with open_database(settings) as database:
+            migrate.upgrade(database.engine, settings.table_prefix, revision)
+        console.print(f"database upgraded to {revision}")
+        _status_table(settings)
+
+    _run(body)
+
+
+@db_app.command("downgrade")
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="target revision, e.g. base")],
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Migrate down to REVISION (`base` drops the tables and every message in them)."""
+
+    def body() -> None:
+        from mqstore.app import open_database
+
+        settings = _settings(dsn, table_prefix, data_dir)
+        with open_database(settings) as database:
+            migrate.downgrade(database.engine, settings.table_prefix, revision)
+        console.print(f"database downgraded to {revision}")
+
+    _run(body)
+
+
+@db_app.command("check")
+def db_check(
+    dsn: DsnOpt = None, table_prefix: PrefixOpt = None, data_dir: DataDirOpt = None
+) -> None:
+    """Exit 0 only if the database is at head and matches the declared schema."""
+
+    def body() -> None:
+        from mqstore.app import open_database
+
+        settings = _settings(dsn, table_prefix, data_dir)
+        with open_database(settings) as database:
+            problems = migrate.check(database.engine, settings.table_prefix)
+        if problems:
+            for problem in problems:
+                err_console.print(f"- {problem}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1)
+        console.print("schema OK: at head, tables match")
+
+    _run(body)
+
+
+@db_app.command("adopt")
+def db_adopt(
+    dsn: DsnOpt = None, table_prefix: PrefixOpt = None, data_dir: DataDirOpt = None
+) -> None:
+    """Take over tables a real ActiveMQ broker created, keeping every row."""
+
+    def body() -> None:
+        from mqstore.app import open_database
+
+        settings = _settings(dsn, table_prefix, data_dir)
+        with open_database(settings) as database:
+            report = migrate.adopt(database.engine, settings.table_prefix)
+        for action in report.actions:
+            console.print(f"- {action}", highlight=False)
+        console.print("adopted: " + ", ".join(f"{t} {n} rows" for t, n in report.rows.items()))
+
+    _run(body)
+
+
+@db_app.command("status")
+def db_status(
+    dsn: DsnOpt = None, table_prefix: PrefixOpt = None, data_dir: DataDirOpt = None
+) -> None:
+    """Row counts of the ActiveMQ tables, the lock holder and the schema revision."""
+    _run(lambda: _status_table(_settings(dsn, table_prefix, data_dir)))
+
+
+@app.command("serve")
+def serve(
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+    stomp: Annotated[str, typer.Option(help="HOST:PORT to listen on")] = "127.0.0.1:61613",
+    broker_name: Annotated[
+        str | None, typer.Option(help="lock holder id [MQSTORE_BROKER_NAME]")
+    ] = None,
+    journal_dir: Annotated[Path | None, typer.Option(help="journal directory")] = None,
+    no_journal: Annotated[
+        bool,
+        typer.Option(
+            "--no-journal", help="write to the database directly (needed for shared-database HA)"
+        ),
+    ] = False,
+    lock: Annotated[str | None, typer.Option(help="lease | row | none [MQSTORE_LOCK]")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """Run the STOMP broker on the store (embedded PostgreSQL when no DSN is given)."""
+
+    def body() -> None:
+        from mqstore.app import serve as run_serve
+
+        logging.basicConfig(
+            level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        settings = _settings(
+            dsn,
+            table_prefix,
+            data_dir,
+            broker_name=broker_name,
+            journal_dir=journal_dir,
+            lock=lock,
+            journal=False if no_journal else None,
+        )
+        host, _, port = stomp.rpartition(":")
+        if not host or not port.isdigit():
+            raise typer.BadParameter(f"--stomp must be HOST:PORT, got {stomp!r}")
+        run_serve(settings, host, int(port))
+
+    _run(body)
+
+
+@app.command("browse")
+def browse(
+    destination: Annotated[
+        str, typer.Argument(help="queue://NAME, topic://NAME or NAME (a queue)")
+    ],
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+    limit: Annotated[int, typer.Option(help="at most this many messages")] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a destination's stored messages, decoded, in delivery order."""
+
+    def body() -> None:
+        from mqstore.app import open_database
+        from mqstore.browse import describe, table_row
+        from mqstore.store import PostgresStore
+
+        settings = _settings(dsn, table_prefix, data_dir)
+        container = destination if "://" in destination else f"queue://{destination}"
+        with open_database(settings) as database:
+            store = PostgresStore(database.engine, prefix=settings.table_prefix)
+            views = [describe(row) for row in store.page(container, None, limit)]
+        if as_json:
+            print(json.dumps(views, indent=2, ensure_ascii=False))
+            return
+        table = Table(title=f"{container}: {len(views)} message(s)")
+        for col in ("id", "JMS message id", "prio", "timestamp", "properties", "body"):
+            table.add_column(col)
+        for view in views:
+            table.add_row(*table_row(view))
+        console.print(table)
+
+    _run(body)
+
+
+@app.command("stats")
+def stats(
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Destinations and depths, durable subscriptions and backlog, lock and journal state."""
+
+    def body() -> None:
+        from mqstore.app import open_database
+        from mqstore.lock import read_lock
+        from mqstore.schema import build_schema
+        from mqstore.store import PostgresStore
+
+        settings = _settings(dsn, table_prefix, data_dir)
+        with open_database(settings) as database:
+            store = PostgresStore(database.engine, prefix=settings.table_prefix)
+            figures = store.stats()
+            with database.engine.connect() as conn:
+                lock = read_lock(conn, build_schema(settings.table_prefix))
+        data = {
+            "destinations": figures.destinations,
+            "subscriptions": [
+                {"topic": k.container, "client_id": k.client_id, "name": k.sub_name, "backlog": n}
+                for k, n in figures.subscriptions.items()
+            ],
+            "lock": {"holder": lock.broker_name, "time": lock.time, "state": lock.describe()},
+        }
+        if as_json:
+            print(json.dumps(data, indent=2))
+            return
+        table = Table(title="destinations")
+        table.add_column("destination")
+        table.add_column("depth", justify="right")
+        for name, depth in sorted(figures.destinations.items()):
+            table.add_row(name, str(depth))
+        console.print(table)
+        subs = Table(title="durable subscriptions")
+        for col in ("topic", "client id", "name", "backlog"):
+            subs.add_column(col)
+        for sub in data["subscriptions"]:  # type: ignore[attr-defined]
+            subs.add_row(sub["topic"], sub["client_id"], sub["name"], str(sub["backlog"]))
+        console.print(subs)
+        console.print(f"lock: {lock.describe()}")
+
+    _run(body)
+
+
+@lock_app.command("status")
+def lock_status(
+    dsn: DsnOpt = None, table_prefix: PrefixOpt = None, data_dir: DataDirOpt = None
+) -> None:
+    """Who holds the master lock and until when."""
+
+    def body() -> None:
+        from mqstore.app import open_database
+        from mqstore.lock import read_lock
+        from mqstore.schema import build_schema
+
+        settings = _settings(dsn, table_prefix, data_dir)
+        with open_database(settings) as database, database.engine.connect() as conn:
+            status = read_lock(conn, build_schema(settings.table_prefix))
+        console.print(
+            f"{build_schema(settings.table_prefix).lock.name}: {status.describe()} "
+            f"(BROKER_NAME={status.broker_name}, TIME={status.time})"
+        )
+
+    _run(body)
+
+
+@journal_app.command("inspect")
+def journal_inspect(
+    directory: Annotated[Path, typer.Argument(help="journal directory")], as_json: JsonOpt = False
+) -> None:
+    """Segments, record counts by type, checkpoint position and any damage found."""
+
+    def body() -> None:
+        from journal import JournalError, inspect
+
+        try:
+            report = inspect(directory)
+        except JournalError as exc:
+            raise MqstoreError(str(exc)) from None
+        data = report.to_dict()
+        if as_json:
+            print(json.dumps(data, indent=2, default=str))
+            return
+        console.print_json(json.dumps(data, default=str))
+
+    _run(body)
+
+
+@journal_app.command("repair")
+def journal_repair(
+    directory: Annotated[Path, typer.Argument(help="journal directory")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would be lost")] = False,
+) -> None:
+    """Truncate the journal at its first corrupt record, after saying what is lost."""
+
+    def body() -> None:
+        from journal import JournalError, repair
+
+        try:
+            plan = repair(directory, dry_run=True)
+            console.print(plan.describe(), highlight=False)
+            if not dry_run:
+                repair(directory, dry_run=False)
+                console.print("repaired")
+        except JournalError as exc:
+            raise MqstoreError(str(exc)) from None
+
+    _run(body)
+
+
+def _register_spark() -> None:
+    try:
+        from spark_etl.cli import register
+    except ImportError:  # the spark extra's CLI is optional
+        return
+    register(app)
+
+
+_register_spark()
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

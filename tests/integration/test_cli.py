@@ -1,0 +1,76 @@
+"""The CLI as a user runs it: one-line errors, exit codes, db lifecycle, browse."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from sqlalchemy.engine import Engine
+
+from tests.conftest import load_activemq_fixture
+
+
+def mqstore(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mqstore", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_bad_dsn_is_one_line_without_traceback() -> None:
+    for dsn, words in [
+        ("mysql://u@h/db", "runs on PostgreSQL"),
+        ("not a dsn", "invalid DSN"),
+        ("postgresql://u@127.0.0.1:1/db", "cannot connect"),
+    ]:
+        result = mqstore("db", "check", "--dsn", dsn)
+        assert result.returncode == 2
+        assert words in result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+
+
+def test_missing_database_says_how_to_fix(empty_dsn: str) -> None:
+    dsn = empty_dsn.rsplit("/", 1)[0] + "/no_such_db_here"
+    result = mqstore("db", "check", "--dsn", dsn)
+    assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+def test_upgrade_check_downgrade_cycle(empty_dsn: str) -> None:
+    assert mqstore("db", "check", "--dsn", empty_dsn).returncode == 1
+    up = mqstore("db", "upgrade", "--dsn", empty_dsn)
+    assert up.returncode == 0, up.stderr
+    assert mqstore("db", "check", "--dsn", empty_dsn).returncode == 0
+    assert mqstore("db", "downgrade", "base", "--dsn", empty_dsn).returncode == 0
+    assert mqstore("db", "check", "--dsn", empty_dsn).returncode == 1
+
+
+def test_bad_prefix_is_a_config_error(empty_dsn: str) -> None:
+    result = mqstore("db", "upgrade", "--dsn", empty_dsn, "--table-prefix", "bad-prefix!")
+    assert result.returncode == 2 and "table prefix" in result.stderr
+
+
+def test_adopt_then_browse_the_activemq_fixture(empty_engine: Engine, empty_dsn: str) -> None:
+    load_activemq_fixture(empty_engine)
+    adopted = mqstore("db", "adopt", "--dsn", empty_dsn)
+    assert adopted.returncode == 0, adopted.stderr
+    assert mqstore("db", "check", "--dsn", empty_dsn).returncode == 0
+    again = mqstore("db", "adopt", "--dsn", empty_dsn)
+    assert again.returncode == 2 and "already managed" in again.stderr
+    browse = mqstore("browse", "FIXTURE.Q", "--dsn", empty_dsn, "--json")
+    assert browse.returncode == 0, browse.stderr
+    views = json.loads(browse.stdout)
+    assert [v["id"] for v in views] == [1, 2, 3, 4, 5, 6, 12, 13, 14, 15, 16, 17]
+    first = views[0]
+    assert first["jms_message_id"] == "ID:vm-43775-1795306854999-3:4:-1:1:1"
+    assert first["body"] == "stomp text p0"
+    assert first["properties"]["str_prop"] == "alpha"
+    stats = mqstore("stats", "--dsn", empty_dsn, "--json")
+    figures = json.loads(stats.stdout)
+    assert figures["destinations"] == {"queue://FIXTURE.Q": 12, "topic://FIXTURE.T": 5}
+    backlog = {s["name"]: s["backlog"] for s in figures["subscriptions"]}
+    assert backlog == {"subA": 2, "subB": 5}
