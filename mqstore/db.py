@@ -62,7 +62,7 @@ def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
 
 

@@ -173,15 +173,16 @@ def schema_differences(conn: Connection, prefix: str = "") -> list[str]:
         if list(pk.get("constrained_columns") or []) != want_pk or pk.get("name") != (
             table.primary_key.name
         ):
+            got_pk = tuple(pk.get("constrained_columns") or [])
             problems.append(
-                f"{table.name} primary key is {pk.get('name')}{tuple(pk.get('constrained_columns') or [])}"
+                f"{table.name} primary key is {pk.get('name')}{got_pk}"
                 f", expected {table.primary_key.name}{tuple(want_pk)}"
             )
         actual_idx = {
             str(i["name"]): (
                 tuple(
                     _norm_expr(str(c))
-                    for c in (i.get("expressions") or i["column_names"])  # type: ignore[union-attr]
+                    for c in (i.get("expressions") or i["column_names"])
                 ),
                 bool(i["unique"]),
                 _norm_where(i.get("dialect_options", {}).get("postgresql_where")),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
+from typing import Any
 
 #: Destination prefixes ActiveMQ writes into CONTAINER.
 CONTAINER_PREFIXES = ("queue://", "topic://", "temp-queue://", "temp-topic://")
@@ -28,6 +30,20 @@ class StoredMessage:
     def cursor(self) -> Cursor:
         """The paging position just after this row."""
         return Cursor(self.priority, self.id)
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredMessage:
+        """Build from (id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid)."""
+        return cls(
+            int(row[0]),
+            str(row[1]),
+            row[2],
+            None if row[3] is None else int(row[3]),
+            int(row[4] or 0),
+            int(row[5] or 0),
+            bytes(row[6] or b""),
+            row[7],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +111,7 @@ class Removal:
     outcome: Outcome | None = None
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """What became of a removed message, recorded in the history table."""
 
     ACKNOWLEDGED = "acknowledged"

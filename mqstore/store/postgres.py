@@ -170,6 +170,9 @@ class PostgresStore:
         try:
             with self.engine.begin() as conn:
                 yield conn
+                # The lease may have run out (and been taken) while this transaction ran:
+                # then roll back rather than commit beside the new master.
+                self._check_writable()
         except OperationalError as exc:
             raise DatabaseUnavailableError(
                 describe_connect_error(exc, self.engine.url)
@@ -316,13 +319,13 @@ class PostgresStore:
             "limit": limit,
         }
         rows = self._read(lambda c: c.execute(self.sql.page_queue, params).all())
-        return [StoredMessage(*r) for r in rows]
+        return [StoredMessage.from_row(r) for r in rows]
 
     def get(self, message_id: int) -> StoredMessage | None:
         msgs = self.schema.msgs
         stmt = sa.select(*self._columns()).where(msgs.c.id == message_id)
         row = self._read(lambda c: c.execute(stmt).first())
-        return StoredMessage(*row) if row else None
+        return StoredMessage.from_row(row) if row else None
 
     def _columns(self) -> list[sa.ColumnElement[object]]:
         c = self.schema.msgs.c
@@ -347,7 +350,7 @@ class PostgresStore:
         if container is not None:
             stmt = stmt.where(c.container == container)
         row = self._read(lambda conn: conn.execute(stmt.order_by(c.id).limit(1)).first())
-        return StoredMessage(*row) if row else None
+        return StoredMessage.from_row(row) if row else None
 
     def update(self, container: str, message_id: int, msg: bytes) -> None:
         c = self.schema.msgs.c
@@ -495,7 +498,7 @@ class PostgresStore:
             "limit": limit,
         }
         rows = self._read(lambda c: c.execute(self.sql.page_subscription, params).all())
-        return [StoredMessage(*r) for r in rows]
+        return [StoredMessage.from_row(r) for r in rows]
 
     def pending_count(self, key: SubscriptionKey) -> int:
         params = {"container": key.container, "client_id": key.client_id, "sub_name": key.sub_name}
@@ -539,20 +542,20 @@ class PostgresStore:
     def get_many(self, conn: Connection, ids: Sequence[int]) -> list[StoredMessage]:
         """Rows by ID (any order)."""
         stmt = sa.select(*self._columns()).where(self.schema.msgs.c.id.in_(list(ids)))
-        return [StoredMessage(*r) for r in conn.execute(stmt).all()]
+        return [StoredMessage.from_row(r) for r in conn.execute(stmt).all()]
 
     def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
         if remove:
             with self._tx() as conn:
                 rows = [
-                    StoredMessage(*r)
+                    StoredMessage.from_row(r)
                     for r in conn.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
                 ]
                 self.delete_rows(conn, [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows])
             return rows
         return self._read(
             lambda c: [
-                StoredMessage(*r)
+                StoredMessage.from_row(r)
                 for r in c.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
             ]
         )

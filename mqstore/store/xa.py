@@ -97,18 +97,18 @@ class XaOperations:
             .order_by(m.c.id)
         ).all()
         for row in rows:
-            msg = StoredMessage(*row)
+            msg = StoredMessage.from_row(row)
             xid, marker, _, _ = Xid.decode(str(msg.xid))
-            found[xid][0 if marker == "+" else 1].append(msg)
-        for row in conn.execute(
+            adds, removes, _ = found[xid]
+            (adds if marker == "+" else removes).append(msg)
+        for ack_row in conn.execute(
             sa.select(a.c.container, a.c.client_id, a.c.sub_name, a.c.xid).where(
                 a.c.xid.is_not(None)
             )
         ).all():
-            xid, _, last_ack, prio = Xid.decode(row.xid)
-            found[xid][2].append(
-                Ack(SubscriptionKey(row.container, row.client_id, row.sub_name), last_ack, prio)
-            )
+            xid, _, last_ack, prio = Xid.decode(ack_row.xid)
+            key = SubscriptionKey(ack_row.container, ack_row.client_id, ack_row.sub_name)
+            found[xid][2].append(Ack(key, last_ack, prio))
         return found
 
     def recover(self) -> list[PreparedTransaction]:
