@@ -1,0 +1,322 @@
+"""Audit of a store: depth, ages, subscription backlogs and anomalies, as JSON and HTML.
+
+Each figure is a pure DataFrame transform (tested on fixture DataFrames); :func:`audit`
+wires extract, transforms and the report together and checks the thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as sf
+
+from .decode import with_decoded
+from .report_html import render
+from .sources import jdbc_source, read_acks, read_lock, read_msgs, read_table, table_exists
+
+#: Age buckets of the distribution: (label, upper bound in ms).
+AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
+    ("<1m", 60_000),
+    ("<1h", 3_600_000),
+    ("<1d", 86_400_000),
+    ("<7d", 7 * 86_400_000),
+    (">=7d", None),
+)
+#: Longest list of rows kept per finding (counts are always complete).
+MAX_LISTED = 200
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Limits that make :func:`audit` report a violation (None = not checked)."""
+
+    max_depth: int | None = None
+    max_backlog: int | None = None
+    max_pending_age_s: float | None = None
+    max_expired: int | None = None
+    max_in_doubt: int | None = None
+    max_undecodable: int | None = None
+    max_duplicates: int | None = None
+    max_lease_age_s: float | None = None
+
+
+def _rows(df: DataFrame, limit: int | None = MAX_LISTED) -> list[dict[str, Any]]:
+    rows = df.limit(limit).collect() if limit else df.collect()
+    return [r.asDict(recursive=True) for r in rows]
+
+
+def _age(now_ms: int) -> Any:
+    """Age in ms of a message by its JMS timestamp (null without one, never negative)."""
+    ts = sf.nullif(sf.col("timestamp"), sf.lit(0))
+    return sf.greatest(sf.lit(now_ms) - ts, sf.lit(0))
+
+
+def destination_stats(msgs: DataFrame, now_ms: int) -> DataFrame:
+    """Per destination: depth, oldest/newest timestamp, age percentiles and age buckets."""
+    aged = msgs.withColumn("age_ms", _age(now_ms))
+    bucket = sf.lit(AGE_BUCKETS[-1][0])
+    for label, bound in reversed(AGE_BUCKETS[:-1]):
+        assert bound is not None
+        bucket = sf.when(sf.col("age_ms") < bound, label).otherwise(bucket)
+    aged = aged.withColumn(
+        "bucket", sf.when(sf.col("age_ms").isNull(), "unknown").otherwise(bucket)
+    )
+    buckets = [
+        sf.sum(sf.when(sf.col("bucket") == label, 1).otherwise(0)).alias(f"age{label}")
+        for label, _ in (*AGE_BUCKETS, ("unknown", None))
+    ]
+    return (
+        aged.groupBy(sf.col("container").alias("destination"))
+        .agg(
+            sf.count("*").alias("depth"),
+            sf.min(sf.nullif(sf.col("timestamp"), sf.lit(0))).alias("oldest_timestamp"),
+            sf.max("timestamp").alias("newest_timestamp"),
+            sf.percentile_approx("age_ms", 0.5).alias("age_p50_ms"),
+            sf.percentile_approx("age_ms", 0.9).alias("age_p90_ms"),
+            sf.max("age_ms").alias("age_max_ms"),
+            *buckets,
+        )
+        .orderBy("destination")
+    )
+
+
+def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataFrame:
+    """Per durable subscription: messages after its ``LAST_ACKED_ID`` and the oldest one's age.
+
+    A subscription with one ACKS row counts every message above it; with one row per
+    priority (``prioritizedMessages``) a message counts against the row of its ``PRIORITY``.
+    In-doubt (XA-prepared) messages are not deliverable and are not counted.
+    """
+    subs = acks.where(sf.col("xid").isNull())
+    key = ["container", "client_id", "sub_name"]
+    subs = subs.withColumn("n_rows", sf.count("*").over(_window(key)))
+    visible = msgs.where(sf.col("xid").isNull()).select(
+        sf.col("container").alias("m_container"),
+        sf.col("id").alias("m_id"),
+        sf.col("store_priority").alias("m_priority"),
+        sf.col("timestamp").alias("m_timestamp"),
+    )
+    cond = (
+        (visible["m_container"] == subs["container"])
+        & (visible["m_id"] > sf.coalesce(subs["last_acked_id"], sf.lit(0)))
+        & ((subs["n_rows"] == 1) | (visible["m_priority"] == subs["priority"]))
+    )
+    pending = subs.join(visible, cond, "left")
+    return (
+        pending.groupBy(*key)
+        .agg(
+            sf.first("selector").alias("selector"),
+            sf.max("last_acked_id").alias("last_acked_id"),
+            sf.count("m_id").alias("backlog"),
+            sf.min("m_id").alias("first_pending_id"),
+            sf.max(sf.greatest(sf.lit(now_ms) - sf.nullif("m_timestamp", sf.lit(0)), sf.lit(0)))
+            .cast("bigint")
+            .alias("oldest_pending_age_ms"),
+        )
+        .orderBy(*key)
+    )
+
+
+def _window(key: list[str]) -> Any:
+    return Window.partitionBy(*key)
+
+
+def expired_messages(msgs: DataFrame, now_ms: int) -> DataFrame:
+    """Messages whose ``EXPIRATION`` has passed but which are still stored."""
+    return msgs.where((sf.col("expiration") > 0) & (sf.col("expiration") < now_ms)).select(
+        "id", sf.col("container").alias("destination"), "expiration", "jms_message_id"
+    )
+
+
+def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
+    """XA-prepared rows (``XID`` not null) of MSGS and ACKS."""
+    m = msgs.where(sf.col("xid").isNotNull()).select(
+        sf.lit("msgs").alias("table"),
+        sf.col("container").alias("destination"),
+        "xid",
+        sf.col("id").cast("bigint").alias("id"),
+    )
+    a = acks.where(sf.col("xid").isNotNull()).select(
+        sf.lit("acks").alias("table"),
+        sf.col("container").alias("destination"),
+        "xid",
+        sf.col("last_acked_id").cast("bigint").alias("id"),
+    )
+    return m.unionByName(a)
+
+
+def orphan_subscriptions(acks: DataFrame, msgs: DataFrame) -> DataFrame:
+    """Durable subscriptions whose destination holds no message."""
+    return (
+        acks.where(sf.col("xid").isNull())
+        .select("container", "client_id", "sub_name")
+        .distinct()
+        .join(msgs.select("container").distinct(), "container", "left_anti")
+        .orderBy("container", "client_id", "sub_name")
+    )
+
+
+def duplicate_message_ids(msgs: DataFrame) -> DataFrame:
+    """JMS message ids stored more than once (in one or several destinations)."""
+    return (
+        msgs.where(sf.col("jms_message_id").isNotNull())
+        .groupBy("jms_message_id")
+        .agg(sf.count("*").alias("rows"), sf.sort_array(sf.collect_list("id")).alias("ids"))
+        .where(sf.col("rows") > 1)
+        .orderBy("jms_message_id")
+    )
+
+
+def undecodable(msgs: DataFrame) -> DataFrame:
+    """Rows whose ``MSG`` does not decode, with the decoder's message."""
+    return msgs.where(sf.col("decode_error").isNotNull()).select(
+        "id", sf.col("container").alias("destination"), "decode_error"
+    )
+
+
+def lock_status(lock: DataFrame, now_ms: int) -> dict[str, Any]:
+    """The lease row: holder (None when released) and how old the lease is."""
+    rows = lock.orderBy("id").collect()
+    if not rows:
+        return {"present": False, "holder": None, "lease_time": None, "lease_age_ms": None}
+    row = rows[0]
+    lease = row["time"]
+    held = bool(row["broker_name"]) and bool(lease)
+    return {
+        "present": True,
+        "holder": row["broker_name"] if held else None,
+        "lease_time": lease,
+        # ActiveMQ writes TIME = now + lease interval: a positive age means an overdue renewal.
+        "lease_age_ms": (now_ms - int(lease)) if held else None,
+    }
+
+
+def history_per_hour(history: DataFrame) -> DataFrame:
+    """Removals per hour and outcome (from ``mqstore_history`` or the exported history)."""
+    hour = sf.date_format(sf.timestamp_millis(sf.col("removed_at")), "yyyy-MM-dd HH:00")
+    return history.groupBy(hour.alias("hour"), "outcome").count().orderBy("hour", "outcome")
+
+
+def check(report: dict[str, Any], limits: Thresholds) -> list[str]:
+    """The thresholds ``report`` crosses, one sentence each."""
+    out: list[str] = []
+
+    def over(value: float | None, limit: float | None, what: str) -> None:
+        if limit is not None and value is not None and value > limit:
+            out.append(f"{what}: {value:g} > {limit:g}")
+
+    for d in report["destinations"]:
+        over(d["depth"], limits.max_depth, f"depth of {d['destination']}")
+    for s in report["subscriptions"]:
+        name = f"{s['container']} {s['client_id']}/{s['sub_name']}"
+        over(s["backlog"], limits.max_backlog, f"backlog of {name}")
+        age = s["oldest_pending_age_ms"]
+        over(
+            None if age is None else age / 1000, limits.max_pending_age_s, f"pending age of {name}"
+        )
+    counts = report["counts"]
+    over(counts["expired"], limits.max_expired, "expired messages still stored")
+    over(counts["in_doubt"], limits.max_in_doubt, "in-doubt XA rows")
+    over(counts["undecodable"], limits.max_undecodable, "undecodable messages")
+    over(counts["duplicate_message_ids"], limits.max_duplicates, "duplicate JMS message ids")
+    age = report["lock"]["lease_age_ms"]
+    over(None if age is None else age / 1000, limits.max_lease_age_s, "lease age")
+    return out
+
+
+def build_report(
+    msgs: DataFrame,
+    acks: DataFrame,
+    lock: DataFrame,
+    history: DataFrame | None,
+    *,
+    now_ms: int,
+    limits: Thresholds,
+) -> dict[str, Any]:
+    """The audit report (a JSON-ready dict) from decoded messages, ACKS, LOCK and history."""
+    msgs = msgs.cache()
+    findings = {
+        "expired": expired_messages(msgs, now_ms),
+        "in_doubt": in_doubt(msgs, acks),
+        "orphan_subscriptions": orphan_subscriptions(acks, msgs),
+        "duplicate_message_ids": duplicate_message_ids(msgs),
+        "undecodable": undecodable(msgs),
+    }
+    report: dict[str, Any] = {
+        "generated_at": now_ms,
+        "age_buckets": [label for label, _ in AGE_BUCKETS] + ["unknown"],
+        "destinations": _rows(destination_stats(msgs, now_ms), None),
+        "subscriptions": _rows(subscription_backlog(acks, msgs, now_ms), None),
+        "lock": lock_status(lock, now_ms),
+        "history_per_hour": [] if history is None else _rows(history_per_hour(history), None),
+        "counts": {name: df.count() for name, df in findings.items()},
+        **{name: _rows(df) for name, df in findings.items()},
+        "thresholds": asdict(limits),
+    }
+    report["counts"]["messages"] = sum(d["depth"] for d in report["destinations"])
+    report["violations"] = check(report, limits)
+    msgs.unpersist()
+    return report
+
+
+def audit(
+    spark: SparkSession,
+    dsn: str,
+    out_dir: str | os.PathLike[str],
+    prefix: str = "",
+    thresholds: Thresholds | None = None,
+    *,
+    now_ms: int | None = None,
+) -> dict[str, Any]:
+    """Audit the store at ``dsn``; writes ``audit.json`` and ``audit.html`` into ``out_dir``.
+
+    Returns the report; its ``violations`` list is non-empty when a threshold is crossed.
+    """
+    src = jdbc_source(dsn, prefix)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    msgs = with_decoded(read_msgs(spark, src), keep_msg=False)
+    history = None
+    if table_exists(spark, src, "MQSTORE_HISTORY"):
+        history = read_table(spark, src, "MQSTORE_HISTORY").select("removed_at", "outcome")
+    else:
+        exported = Path(out_dir) / "history"
+        if exported.exists() and any(exported.rglob("*.parquet")):
+            history = spark.read.parquet(str(exported)).select("removed_at", "outcome")
+    report = build_report(
+        msgs,
+        read_acks(spark, src),
+        read_lock(spark, src),
+        history,
+        now_ms=now,
+        limits=thresholds or Thresholds(),
+    )
+    report["prefix"] = prefix
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "audit.json").write_text(json.dumps(report, indent=2, default=str, sort_keys=True))
+    (out / "audit.html").write_text(render(report))
+    return report
+
+
+__all__ = [
+    "AGE_BUCKETS",
+    "Thresholds",
+    "audit",
+    "build_report",
+    "check",
+    "destination_stats",
+    "duplicate_message_ids",
+    "expired_messages",
+    "history_per_hour",
+    "in_doubt",
+    "lock_status",
+    "orphan_subscriptions",
+    "subscription_backlog",
+    "undecodable",
+]
