@@ -1,0 +1,89 @@
+"""Broker settings: prefetch defaults, redelivery policy, dead letters, limits, auth, metrics."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from mqstore.broker.frames import Limits
+
+
+@dataclass(frozen=True, slots=True)
+class RedeliveryPolicy:
+    """ActiveMQ's RedeliveryPolicy (same defaults). Delays are in milliseconds."""
+
+    maximum_redeliveries: int = 6
+    initial_redelivery_delay: int = 1000
+    redelivery_delay: int = 1000
+    use_exponential_backoff: bool = False
+    backoff_multiplier: float = 5.0
+    maximum_redelivery_delay: int = -1
+    use_collision_avoidance: bool = False
+    collision_avoidance_factor: float = 0.15
+
+    def exceeded(self, redelivery_counter: int) -> bool:
+        """Whether a message redelivered this many times is poison."""
+        return 0 <= self.maximum_redeliveries < redelivery_counter
+
+    def delay(self, redelivery_counter: int) -> int:
+        """Milliseconds to wait before redelivery number ``redelivery_counter`` (1-based)."""
+        if redelivery_counter <= 0:
+            return 0
+        delay = float(self.initial_redelivery_delay)
+        if redelivery_counter > 1:
+            delay = float(self.redelivery_delay)
+            if self.use_exponential_backoff:
+                delay = self.initial_redelivery_delay * self.backoff_multiplier ** (
+                    redelivery_counter - 1
+                )
+        if self.maximum_redelivery_delay >= 0:
+            delay = min(delay, float(self.maximum_redelivery_delay))
+        if self.use_collision_avoidance and delay > 0:
+            factor = self.collision_avoidance_factor
+            delay += delay * random.uniform(-factor, factor)
+        return max(0, int(delay))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything the STOMP broker can be told; defaults follow ActiveMQ.
+
+    ``users`` maps login to passcode (None: no authentication). ``store_usage_limit`` is
+    in bytes of stored message frames (0: no limit); a persistent producer blocked longer
+    than ``producer_block_timeout`` seconds gets an ERROR. ``heartbeat_ms`` is what the
+    server offers (can send, wants to receive).
+    """
+
+    broker_name: str = "localhost"
+    users: dict[str, str] | None = None
+    queue_prefetch: int = 1000
+    durable_topic_prefetch: int = 100
+    topic_prefetch: int = 32766
+    redelivery: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
+    dlq_name: str = "ActiveMQ.DLQ"
+    individual_dlq: bool = False
+    dlq_non_persistent: bool = False
+    limits: Limits = field(default_factory=Limits)
+    max_pending_frames: int = 1000
+    max_pipelined_sends: int = 1000
+    store_usage_limit: int = 0
+    producer_block_timeout: float = 30.0
+    memory_window: int = 2000
+    topic_pending_limit: int = 10000
+    heartbeat_ms: tuple[int, int] = (10000, 10000)
+    heartbeat_grace: float = 1.5
+    connect_timeout: float = 30.0
+    max_batch: int = 1000
+    expiry_interval: float = 1.0
+    expiry_batch: int = 1000
+    cleanup_interval: float = 30.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    stop_timeout: float = 10.0
+
+    def dlq_for(self, container: str) -> str:
+        """The dead-letter container for messages of ``container``."""
+        if self.individual_dlq:
+            kind, _, name = container.partition("://")
+            return f"queue://{self.dlq_name}.{kind.capitalize()}.{name}"
+        return f"queue://{self.dlq_name}"

@@ -1,0 +1,223 @@
+"""A durable topic subscription: pending messages paged from the store after LAST_ACKED_ID.
+
+Acks advance LAST_ACKED_ID (per PRIORITY column value) to the highest ID below every
+still-unacknowledged delivery, so individual acks out of order never skip a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from mqstore.broker.messages import BrokerMessage
+from mqstore.broker.subscriptions import Consumer, Delivery
+from mqstore.broker.writer import Op
+from mqstore.store.model import Ack, Cursor, Outcome, SubscriptionKey
+
+if TYPE_CHECKING:
+    from mqstore.broker.topics import Topic
+
+log = logging.getLogger(__name__)
+
+
+class DurableSub:
+    """One durable subscription (client id + subscription name on a topic)."""
+
+    def __init__(self, topic: Topic, key: SubscriptionKey, last_acked: int, backlog: int) -> None:
+        self.topic = topic
+        self.key = key
+        self.container = key.container
+        self.consumer: Consumer | None = None
+        self.pending: deque[BrokerMessage] = deque()
+        self.tracked: set[int] = set()
+        self.cursor: Cursor | None = None
+        self.exhausted = False
+        self.unacked: dict[int, int] = {}  # id -> PRIORITY column
+        self.acked_pending: dict[int, int] = {}
+        self.base_acked = last_acked
+        self.last_acked: dict[int, int] = {}
+        self.backlog = backlog
+        self.delivered: set[int] = set()  # sent, not acked: redelivered if sent again
+        self._paging = False
+        self._skipped = 0
+        self._scheduled = False
+
+    @property
+    def active(self) -> bool:
+        return self.consumer is not None
+
+    def watermark(self) -> int:
+        """Highest LAST_ACKED_ID over priorities (for store usage accounting)."""
+        return max([self.base_acked, *self.last_acked.values()])
+
+    def _acked_upto(self, prio: int) -> int:
+        return self.last_acked.get(prio, self.base_acked)
+
+    # -- consumer ---------------------------------------------------------------------------
+    def attach(self, consumer: Consumer) -> None:
+        """A subscriber (re)connected: resume from the store after LAST_ACKED_ID."""
+        self.consumer = consumer
+        consumer.dest = self
+        consumer.durable = self
+        self.pending.clear()
+        self.tracked = set(self.acked_pending)
+        self.unacked.clear()
+        self.cursor = None
+        self.exhausted = False
+        self.kick()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """The subscriber went away; unacked messages are re-read from the store later."""
+        consumer.closed = True
+        for d in list(consumer.in_flight.values()):
+            consumer.settle(d)
+        if self.consumer is consumer:
+            self.consumer = None
+            self.pending.clear()
+            self.unacked.clear()
+        self.topic.broker.metrics_changed()
+
+    # -- arrivals ---------------------------------------------------------------------------
+    def offer(self, msg: BrokerMessage) -> None:
+        """A message published on the topic."""
+        if msg.store_id is not None:
+            self.backlog += 1
+        if self.consumer is None:
+            return
+        if msg.store_id is None:
+            self.pending.append(msg)
+        elif self.exhausted:
+            if len(self.pending) >= self.topic.broker.config.memory_window:
+                self.exhausted = False
+                self._skipped += 1
+                return
+            self.tracked.add(msg.store_id)
+            self.pending.append(msg)
+        elif self.cursor is not None and (-msg.store_priority, msg.store_id) < (
+            -self.cursor.priority,
+            self.cursor.id,
+        ):
+            self.tracked.add(msg.store_id)
+            self.pending.append(msg)
+        else:
+            self._skipped += 1
+        self.kick()
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def kick(self) -> None:
+        """Schedule a dispatch pass (coalesced)."""
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._scheduled = False
+        consumer = self.consumer
+        if consumer is None:
+            return
+        now = int(time.time() * 1000)
+        auto: list[BrokerMessage] = []
+        expired: list[BrokerMessage] = []
+        while self.pending and consumer.credit() > 0:
+            msg = self.pending.popleft()
+            if msg.store_id is not None:
+                self.unacked[msg.store_id] = msg.store_priority
+                self.delivered.add(msg.store_id)
+            if msg.expired(now):
+                expired.append(msg)
+                continue
+            if consumer.deliver(msg) is None:
+                auto.append(msg)
+        for batch in (auto, expired):
+            if batch:
+                self.topic.broker.submit(*self.settle_work(batch))
+        window = self.topic.broker.config.memory_window
+        if not self.exhausted and not self._paging and len(self.pending) <= window // 2:
+            self._paging = True
+            asyncio.get_running_loop().create_task(self._page(window - len(self.pending)))
+
+    async def _page(self, limit: int) -> None:
+        broker = self.topic.broker
+        try:
+            skipped = self._skipped
+            rows = await asyncio.to_thread(
+                broker.store.page_subscription, self.key, self.cursor, max(limit, 1)
+            )
+            if self.consumer is None:
+                return
+            for row in rows:
+                self.cursor = row.cursor
+                if row.id in self.tracked or row.id <= self._acked_upto(row.priority):
+                    continue
+                self.tracked.add(row.id)
+                msg = BrokerMessage.from_row(row, 0)
+                if row.id in self.delivered:
+                    msg.ow = msg.ow.replace(redelivery_counter=msg.ow.redelivery_counter + 1)
+                self.pending.append(msg)
+            if len(rows) < limit and self._skipped == skipped:
+                self.exhausted = True
+        except Exception:
+            log.exception("paging durable subscription %s failed", self.key)
+            await asyncio.sleep(1.0)
+        finally:
+            self._paging = False
+        self.kick()
+
+    # -- settlement -------------------------------------------------------------------------
+    def settle_work(
+        self, msgs: list[BrokerMessage], outcome: Outcome = Outcome.ACKNOWLEDGED
+    ) -> tuple[Op, Callable[[], None]]:
+        """Advance LAST_ACKED_ID past ``msgs`` where no earlier delivery is still unacked."""
+        stored = [m for m in msgs if m.store_id is not None]
+        for m in stored:
+            assert m.store_id is not None
+            self.unacked.pop(m.store_id, None)
+            self.acked_pending[m.store_id] = m.store_priority
+            self.delivered.discard(m.store_id)
+        op = Op()
+        for prio in sorted(set(self.acked_pending.values())):
+            low = min((i for i, p in self.unacked.items() if p == prio), default=None)
+            done = [
+                i for i, p in self.acked_pending.items() if p == prio and (low is None or i < low)
+            ]
+            if not done:
+                continue
+            mark = max(done)
+            for i in done:
+                del self.acked_pending[i]
+                self.tracked.discard(i)
+            if mark > self._acked_upto(prio):
+                self.last_acked[prio] = mark
+                op.acks.append(Ack(self.key, mark, prio))
+
+        def finish() -> None:
+            self.backlog = max(0, self.backlog - len(stored))
+            self.topic.dequeued += len(msgs)
+            self.topic.release_usage()
+            self.kick()
+
+        return op, finish
+
+    def removed(self, msgs: list[BrokerMessage]) -> None:
+        """Nothing to do: :meth:`settle_work` already moved LAST_ACKED_ID."""
+
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Aborted acks: the subscriber gets the messages again (or the DLQ past the limit)."""
+        policy = self.topic.broker.config.redelivery
+        poison: list[BrokerMessage] = []
+        for d in reversed(deliveries):
+            d.consumer.settle(d)
+            if d.consumer.closed or self.consumer is not d.consumer:
+                continue
+            copy = d.msg.with_redelivery()
+            if policy.exceeded(copy.redelivery_counter):
+                poison.append(copy)
+            else:
+                self.pending.appendleft(copy)
+        if poison:
+            self.topic.broker.dead_letter(self, poison, Outcome.DEAD_LETTERED)
+        self.kick()

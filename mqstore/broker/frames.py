@@ -1,0 +1,210 @@
+"""STOMP frames: an incremental parser with size limits, and the serializer.
+
+Header escaping follows the negotiated version: none in 1.0, ``\\\\ \\n \\c`` in 1.1 and
+``\\r`` as well in 1.2; CONNECT/CONNECTED frames are never escaped. A body is read up to
+``content-length`` when that header is present (so it may contain NULs), else up to NUL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+COMMANDS = frozenset(
+    {
+        "CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
+        "BEGIN", "COMMIT", "ABORT", "DISCONNECT",
+    }
+)  # fmt: skip
+
+_UNESCAPE_11 = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
+_UNESCAPE_12 = {**_UNESCAPE_11, "\\r": "\r"}
+
+
+class FrameError(Exception):
+    """A client sent something that is not a valid STOMP frame; the connection must close."""
+
+
+@dataclass(slots=True)
+class Frame:
+    """One STOMP frame. Repeated headers keep the first value, as STOMP 1.2 requires."""
+
+    command: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """A header value, or ``default``."""
+        return self.headers.get(name, default)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Inbound frame limits (bytes / counts)."""
+
+    max_frame_size: int = 4 * 1024 * 1024
+    max_headers: int = 1000
+    max_header_length: int = 10 * 1024
+
+
+def unescape(value: str, version: str) -> str:
+    """Decode header escapes of ``version``; undefined escapes are a :class:`FrameError`."""
+    if version == "1.0" or "\\" not in value:
+        return value
+    table = _UNESCAPE_12 if version == "1.2" else _UNESCAPE_11
+    out: list[str] = []
+    i = 0
+    n = len(value)
+    while i < n:
+        ch = value[i]
+        if ch == "\\":
+            pair = value[i : i + 2]
+            repl = table.get(pair)
+            if repl is None:
+                raise FrameError(f"undefined escape sequence {pair!r} in header")
+            out.append(repl)
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def escape(value: str, version: str) -> str:
+    """Encode a header value for ``version``."""
+    if version == "1.0":
+        return value.replace("\n", " ")
+    value = value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+    if version == "1.2":
+        value = value.replace("\r", "\\r")
+    return value
+
+
+def encode_frame(
+    command: str,
+    headers: Iterable[tuple[str, str]] = (),
+    body: bytes = b"",
+    version: str = "1.2",
+    *,
+    content_length: bool = True,
+) -> bytes:
+    """Serialize a frame; adds ``content-length`` when there is a body."""
+    parts = [command, "\n"]
+    raw = command == "CONNECTED"
+    for key, value in headers:
+        if raw:
+            parts += [key, ":", value, "\n"]
+        else:
+            parts += [escape(key, version), ":", escape(value, version), "\n"]
+    if body and content_length:
+        parts += ["content-length:", str(len(body)), "\n"]
+    parts.append("\n")
+    return "".join(parts).encode("utf-8") + body + b"\x00"
+
+
+class FrameParser:
+    """Feed bytes in, take complete frames out; raises :class:`FrameError` on bad input."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.version = "1.0"
+        self._buf = bytearray()
+        self.heartbeats = 0  # EOLs seen between frames (client heart-beats)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Append ``data``; return every frame now complete."""
+        self._buf += data
+        frames: list[Frame] = []
+        while True:
+            frame = self._next()
+            if frame is None:
+                break
+            frames.append(frame)
+        if len(self._buf) > self.limits.max_frame_size:
+            raise FrameError(f"frame larger than the limit of {self.limits.max_frame_size} bytes")
+        return frames
+
+    def _next(self) -> Frame | None:
+        buf = self._buf
+        start = 0
+        while start < len(buf) and buf[start] in (0x0A, 0x0D):
+            start += 1
+            self.heartbeats += 1
+        if start:
+            del buf[:start]
+        end_head = buf.find(b"\n\n")
+        end_head_crlf = buf.find(b"\r\n\r\n")
+        if end_head_crlf != -1 and (end_head == -1 or end_head_crlf < end_head):
+            head_end, body_start = end_head_crlf, end_head_crlf + 4
+        elif end_head != -1:
+            head_end, body_start = end_head, end_head + 2
+        else:
+            self._check_partial_head()
+            return None
+        lines = bytes(buf[:head_end]).split(b"\n")
+        command = self._text(lines[0].rstrip(b"\r"))
+        if command not in COMMANDS:
+            raise FrameError(f"unknown STOMP command {command[:40]!r}")
+        if len(lines) - 1 > self.limits.max_headers:
+            raise FrameError(f"too many headers (limit {self.limits.max_headers})")
+        headers = self._headers(command, lines[1:])
+        length_text = headers.get("content-length")
+        if length_text is not None:
+            try:
+                length = int(length_text)
+            except ValueError:
+                raise FrameError(f"content-length is not a number: {length_text!r}") from None
+            if length < 0:
+                raise FrameError("content-length must not be negative")
+            if body_start + length > self.limits.max_frame_size:
+                raise FrameError(
+                    f"frame larger than the limit of {self.limits.max_frame_size} bytes"
+                )
+            if len(buf) < body_start + length + 1:
+                return None
+            if buf[body_start + length] != 0:
+                raise FrameError("frame body is not followed by NUL after content-length bytes")
+            body = bytes(buf[body_start : body_start + length])
+            del buf[: body_start + length + 1]
+        else:
+            nul = buf.find(b"\x00", body_start)
+            if nul == -1:
+                return None
+            body = bytes(buf[body_start:nul])
+            del buf[: nul + 1]
+        return Frame(command, headers, body)
+
+    def _check_partial_head(self) -> None:
+        buf = self._buf
+        if buf.find(b"\x00") != -1:
+            raise FrameError("malformed frame: NUL before the end of the headers")
+        last_nl = buf.rfind(b"\n")
+        tail = len(buf) - last_nl - 1
+        if tail > self.limits.max_header_length:
+            raise FrameError(f"header line longer than {self.limits.max_header_length} bytes")
+        if buf.count(b"\n") > self.limits.max_headers + 1:
+            raise FrameError(f"too many headers (limit {self.limits.max_headers})")
+
+    def _headers(self, command: str, lines: list[bytes]) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        raw = command in ("CONNECT", "STOMP")
+        for raw_line in lines:
+            line = raw_line.rstrip(b"\r")
+            if len(line) > self.limits.max_header_length:
+                raise FrameError(f"header line longer than {self.limits.max_header_length} bytes")
+            text = self._text(line)
+            key, sep, value = text.partition(":")
+            if not sep:
+                raise FrameError(f"malformed header line (no colon): {text[:60]!r}")
+            if not raw:
+                key = unescape(key, self.version)
+                value = unescape(value, self.version)
+            headers.setdefault(key, value)
+        return headers
+
+    @staticmethod
+    def _text(raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FrameError("frame headers are not valid UTF-8") from None

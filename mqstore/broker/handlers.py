@@ -1,0 +1,371 @@
+"""STOMP command handlers (mixed into :class:`~mqstore.broker.protocol.Connection`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from mqstore.broker.frames import Frame, FrameParser, encode_frame
+from mqstore.broker.messages import BrokerMessage, container_of, from_send
+from mqstore.broker.subscriptions import ACK_MODES, Consumer, Delivery
+from mqstore.broker.transactions import Transaction
+from mqstore.broker.writer import Op
+from mqstore.openwire import ProducerId
+from mqstore.store.model import Outcome
+
+if TYPE_CHECKING:
+    from mqstore.broker.server import Broker, Destination
+
+log = logging.getLogger(__name__)
+
+
+def _error(message: str) -> Exception:
+    from mqstore.broker.protocol import ProtocolError
+
+    return ProtocolError(message)
+
+
+class Handlers:
+    """Frame handling; the state lives in the connection."""
+
+    broker: Broker
+    version: str
+    connected: bool
+    closing: bool
+    client_id: str | None
+    login: str | None
+    consumers: dict[str, Consumer]
+    tokens: dict[str, Delivery]
+    txs: dict[str, Transaction]
+    producer: ProducerId
+    sequence: int
+    unsettled: int
+    _settled: asyncio.Event
+    send_interval: float
+    recv_interval: float
+    peer: str
+    parser: FrameParser
+
+    def send_frame(self, data: bytes) -> None: ...  # provided by Connection
+    def receipt(self, frame: Frame) -> None: ...
+    def error(self, message: str, frame: Frame | None = None, detail: str = "") -> None: ...
+
+    async def handle(self, frame: Frame) -> None:
+        """Act on one inbound frame."""
+        cmd = frame.command
+        if not self.connected:
+            if cmd not in ("CONNECT", "STOMP"):
+                raise _error(f"expected a CONNECT frame, got {cmd}")
+            await self.on_connect(frame)
+            return
+        if cmd in ("CONNECT", "STOMP"):
+            raise _error("already connected: a second CONNECT is not allowed")
+        if not (cmd == "SEND" and frame.get("transaction") is None):
+            await self.settle_sends()
+        handler = getattr(self, "on_" + cmd.lower())
+        await handler(frame)
+
+    async def settle_sends(self) -> None:
+        """Wait until every pipelined persistent SEND of this connection is stored."""
+        while self.unsettled:
+            self._settled.clear()
+            await self._settled.wait()
+
+    # -- CONNECT ----------------------------------------------------------------------------
+    async def on_connect(self, frame: Frame) -> None:
+        cfg = self.broker.config
+        accepted = frame.get("accept-version")
+        if accepted is None:
+            version = "1.0"
+        else:
+            offered = {v.strip() for v in accepted.split(",")}
+            common = [v for v in ("1.2", "1.1", "1.0") if v in offered]
+            if not common:
+                raise _error(f"no supported protocol version in {accepted!r}; use 1.0, 1.1, 1.2")
+            version = common[0]
+        self.version = version
+        self.parser.version = version
+        login = frame.get("login")
+        self.login = login
+        if cfg.users is not None:
+            passcode = frame.get("passcode")
+            if login is None or cfg.users.get(login) != passcode:
+                log.warning("authentication failed for login %r from %s", login, self.peer)
+                raise _error("authentication failed: invalid login or passcode")
+        client_id = frame.get("client-id")
+        if client_id:
+            if not self.broker.claim_client_id(client_id, self):
+                raise _error(f"client-id {client_id!r} is already connected; use another one")
+            self.client_id = client_id
+        headers = [("version", version), ("server", "mqstore/0.1"), ("session", self.producer_text)]
+        if version != "1.0":
+            cx, cy = _heartbeat(frame.get("heart-beat") or "0,0")
+            sx, sy = cfg.heartbeat_ms
+            self.send_interval = max(sx, cy) / 1000 if sx and cy else 0.0
+            self.recv_interval = max(cx, sy) / 1000 if cx and sy else 0.0
+            headers.append(("heart-beat", f"{sx},{sy}"))
+        self.connected = True
+        log.info("STOMP %s connection from %s (login %s)", version, self.peer, login or "-")
+        self.send_frame(encode_frame("CONNECTED", headers, b"", version))
+
+    @property
+    def producer_text(self) -> str:
+        return str(self.producer.connection_id)
+
+    # -- SEND -------------------------------------------------------------------------------
+    async def on_send(self, frame: Frame) -> None:
+        dest = frame.get("destination")
+        if not dest:
+            raise _error("SEND needs a destination header")
+        container = container_of(dest)
+        self.sequence += 1
+        msg = from_send(frame, container, self.producer, self.sequence)
+        tx_id = frame.get("transaction")
+        if tx_id is not None:
+            self._tx(tx_id).sends.append(msg)
+            self.receipt(frame)
+            return
+        broker = self.broker
+        if not (msg.persistent and broker.must_store(container)):
+            await self.settle_sends()
+            broker.route(msg)
+            self.receipt(frame)
+            return
+        await self.wait_for_store_space()
+        if self.unsettled >= broker.config.max_pipelined_sends:
+            await self.settle_sends()
+        broker.usage.add(msg.size)
+        msg.counted = True
+        self.unsettled += 1
+
+        def done(ids: list[int] | None, exc: BaseException | None) -> None:
+            self.unsettled -= 1
+            if not self.unsettled:
+                self._settled.set()
+            if exc is not None or not ids:
+                broker.usage.release(msg.size)
+                self.error(f"the message could not be stored: {exc}", frame)
+                return
+            broker.stored(msg, ids[0])
+            broker.route(msg)
+            self.receipt(frame)
+
+        broker.writer_submit(Op(adds=[msg.new_message()]), done)
+
+    async def wait_for_store_space(self) -> None:
+        usage = self.broker.usage
+        if usage.full and not await usage.wait_for_space(self.broker.config.producer_block_timeout):
+            raise _error(
+                f"store usage limit of {usage.limit} bytes reached and producer waited "
+                f"{self.broker.config.producer_block_timeout:g} s; consume messages or raise "
+                "the limit, then send again"
+            )
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------
+    async def on_subscribe(self, frame: Frame) -> None:
+        cfg = self.broker.config
+        dest = frame.get("destination")
+        if not dest:
+            raise _error("SUBSCRIBE needs a destination header")
+        container = container_of(dest)
+        sub_id = frame.get("id") or (dest if self.version == "1.0" else None)
+        if sub_id is None:
+            raise _error("SUBSCRIBE needs an id header")
+        if sub_id in self.consumers:
+            raise _error(f"subscription id {sub_id!r} is already in use on this connection")
+        ack = frame.get("ack", "auto")
+        if ack not in ACK_MODES:
+            raise _error(f"unknown ack mode {ack!r}; use auto, client or client-individual")
+        if frame.get("selector"):
+            raise _error("message selectors are not supported by this broker")
+        name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
+        is_topic = container.startswith("topic://")
+        durable = bool(name) and is_topic
+        if durable and not self.client_id:
+            raise _error("a durable subscription needs a client-id header on CONNECT")
+        browser = frame.get("browser") == "true"
+        if browser and is_topic:
+            raise _error("browsing is only possible on queues")
+        default = (
+            cfg.queue_prefetch if not is_topic
+            else cfg.durable_topic_prefetch if durable else cfg.topic_prefetch
+        )  # fmt: skip
+        try:
+            prefetch = int(frame.get("activemq.prefetchSize") or default)
+        except ValueError:
+            raise _error("activemq.prefetchSize must be an integer") from None
+        consumer = Consumer(
+            self,  # type: ignore[arg-type]
+            sub_id, container, "auto" if browser else ack, max(prefetch, 1),
+            exclusive=frame.get("activemq.exclusive") == "true", browser=browser,
+        )  # fmt: skip
+        self.consumers[sub_id] = consumer
+        try:
+            await self.broker.subscribe(consumer, name if durable else None, self.client_id)
+        except Exception:
+            del self.consumers[sub_id]
+            raise
+        self.receipt(frame)
+
+    async def on_unsubscribe(self, frame: Frame) -> None:
+        sub_id = frame.get("id") or frame.get("destination")
+        consumer = self.consumers.pop(sub_id or "", None)
+        name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
+        if consumer is None and not name:
+            raise _error(f"no subscription with id {sub_id!r} on this connection")
+        if consumer is not None:
+            for tx in self.txs.values():
+                tx.forget(list(consumer.in_flight.values()))
+            self.broker.unsubscribe(consumer)
+        if name:
+            dest = frame.get("destination")
+            container = container_of(dest) if dest else consumer.container if consumer else ""
+            if not self.client_id or not container.startswith("topic://"):
+                raise _error("removing a durable subscription needs client-id and a topic")
+            await self.broker.delete_durable(container, self.client_id, name)
+        self.receipt(frame)
+
+    # -- ACK / NACK ---------------------------------------------------------------------------
+    def _find(self, frame: Frame) -> Delivery:
+        if self.version == "1.2":
+            token = frame.get("id")
+            delivery = self.tokens.get(token or "")
+            if delivery is None:
+                raise _error(f"{frame.command} for unknown or already settled ack id {token!r}")
+            return delivery
+        mid = frame.get("message-id")
+        if not mid:
+            raise _error(f"{frame.command} needs a message-id header")
+        sub = frame.get("subscription")
+        consumers = [self.consumers[sub]] if sub in self.consumers else self.consumers.values()
+        for c in consumers:
+            found = c.in_flight.get(mid)
+            if found is not None:
+                return found
+        raise _error(f"{frame.command} for unknown or already settled message {mid!r}")
+
+    def _targets(self, delivery: Delivery) -> list[Delivery]:
+        if delivery.consumer.ack_mode == "client":
+            return delivery.consumer.up_to(delivery)
+        return [delivery]
+
+    async def on_ack(self, frame: Frame) -> None:
+        await self._settle(frame, nack=False)
+
+    async def on_nack(self, frame: Frame) -> None:
+        if self.version == "1.0":
+            raise _error("NACK is not part of STOMP 1.0")
+        await self._settle(frame, nack=True)
+
+    async def _settle(self, frame: Frame, *, nack: bool) -> None:
+        delivery = self._find(frame)
+        targets = self._targets(delivery)
+        tx_id = frame.get("transaction")
+        if tx_id is not None:
+            tx = self._tx(tx_id)
+            for d in targets:
+                d.consumer.mark_tx(d, tx_id)
+            (tx.nacks if nack else tx.acks).extend(targets)
+            self.receipt(frame)
+            return
+        for d in targets:
+            d.consumer.settle(d)
+        dest = delivery.consumer.dest
+        assert dest is not None
+        msgs = [d.msg for d in targets]
+        if nack:
+            fut = self.broker.dead_letter(dest, msgs, Outcome.DEAD_LETTERED)
+        else:
+            fut = self.broker.submit(*dest.settle_work(msgs))
+        if frame.get("receipt") is not None:
+            await asyncio.shield(fut)
+        self.receipt(frame)
+
+    # -- transactions ---------------------------------------------------------------------------
+    def _tx(self, tx_id: str) -> Transaction:
+        tx = self.txs.get(tx_id)
+        if tx is None:
+            raise _error(f"transaction {tx_id!r} was not begun on this connection")
+        return tx
+
+    def _tx_header(self, frame: Frame) -> str:
+        tx_id = frame.get("transaction")
+        if not tx_id:
+            raise _error(f"{frame.command} needs a transaction header")
+        return tx_id
+
+    async def on_begin(self, frame: Frame) -> None:
+        tx_id = self._tx_header(frame)
+        if tx_id in self.txs:
+            raise _error(f"transaction {tx_id!r} is already in progress")
+        self.txs[tx_id] = Transaction(tx_id)
+        self.receipt(frame)
+
+    async def on_commit(self, frame: Frame) -> None:
+        tx = self._tx(self._tx_header(frame))
+        del self.txs[tx.tx_id]
+        broker = self.broker
+        stored = [m for m in tx.sends if m.persistent and broker.must_store(m.container)]
+        if stored:
+            await self.wait_for_store_space()
+        op = Op(adds=[m.new_message() for m in stored])
+        finishes = []
+        by_dest: dict[int, tuple[Destination, list[BrokerMessage]]] = {}
+        for d in tx.acks:
+            d.consumer.settle(d)
+            if d.consumer.dest is not None:
+                by_dest.setdefault(id(d.consumer.dest), (d.consumer.dest, []))[1].append(d.msg)
+        for dest, msgs in by_dest.values():
+            part, finish = dest.settle_work(msgs)
+            op.removes += part.removes
+            op.acks += part.acks
+            finishes.append(finish)
+        for m in stored:
+            broker.usage.add(m.size)
+            m.counted = True
+        ids = await broker.writer_submit(op, None)
+        for m, ident in zip(stored, ids, strict=True):
+            broker.stored(m, ident)
+        for m in tx.sends:
+            broker.route(m)
+        for finish in finishes:
+            finish()
+        nacked: dict[int, tuple[Destination, list[BrokerMessage]]] = {}
+        for d in tx.nacks:
+            d.consumer.settle(d)
+            if d.consumer.dest is not None:
+                nacked.setdefault(id(d.consumer.dest), (d.consumer.dest, []))[1].append(d.msg)
+        for dest, msgs in nacked.values():
+            broker.dead_letter(dest, msgs, Outcome.DEAD_LETTERED)
+        self.receipt(frame)
+
+    async def on_abort(self, frame: Frame) -> None:
+        tx = self._tx(self._tx_header(frame))
+        del self.txs[tx.tx_id]
+        self.abort(tx)
+        self.receipt(frame)
+
+    def abort(self, tx: Transaction) -> None:
+        """Drop the sends; acked deliveries go back for redelivery."""
+        groups: dict[int, tuple[Destination, list[Delivery]]] = {}
+        for d in tx.acks + tx.nacks:
+            d.consumer.unmark_tx(d)
+            if d.consumer.dest is not None:
+                groups.setdefault(id(d.consumer.dest), (d.consumer.dest, []))[1].append(d)
+        for dest, deliveries in groups.values():
+            dest.give_back(deliveries)
+
+    async def on_disconnect(self, frame: Frame) -> None:
+        self.receipt(frame)
+        self.closing = True
+
+
+def _heartbeat(text: str) -> tuple[int, int]:
+    try:
+        cx, cy = (int(part) for part in text.split(","))
+    except ValueError:
+        raise _error(f"malformed heart-beat header {text!r}; expected two integers") from None
+    if cx < 0 or cy < 0:
+        raise _error("heart-beat values must not be negative")
+    return cx, cy

@@ -1,0 +1,211 @@
+"""Messages inside the broker: STOMP SEND -> OpenWire, stored row -> MESSAGE headers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from mqstore import openwire
+from mqstore.broker.frames import Frame, FrameError
+from mqstore.openwire import Destination, Message, MessageKind, ProducerId
+from mqstore.store.model import NewMessage, StoredMessage
+
+#: SEND headers with a meaning of their own; every other header becomes a String property.
+_RESERVED = frozenset(
+    {
+        "destination", "content-length", "content-type", "receipt", "transaction", "persistent",
+        "priority", "expires", "correlation-id", "reply-to", "type", "message-id", "timestamp",
+        "subscription", "ack", "redelivered", "JMSXGroupID", "JMSXGroupSeq", "login", "passcode",
+    }
+)  # fmt: skip
+
+
+def container_of(stomp_dest: str) -> str:
+    """``/queue/NAME`` -> ``queue://NAME`` (also ``/topic/``); anything else is an error."""
+    for prefix, scheme in (("/queue/", "queue://"), ("/topic/", "topic://")):
+        if stomp_dest.startswith(prefix) and len(stomp_dest) > len(prefix):
+            return scheme + stomp_dest[len(prefix) :]
+    raise FrameError(f"unsupported destination {stomp_dest!r}: use /queue/NAME or /topic/NAME")
+
+
+def stomp_name(container: str) -> str:
+    """``queue://NAME`` -> ``/queue/NAME``."""
+    kind, _, name = container.partition("://")
+    return f"/{kind}/{name}"
+
+
+@dataclass(slots=True, eq=False)
+class BrokerMessage:
+    """A message the broker holds: its OpenWire value and, when stored, its row id."""
+
+    ow: Message
+    container: str
+    persistent: bool
+    data: bytes | None = None
+    store_id: int | None = None
+    store_priority: int = 0
+    seq: int = 0
+    counted: bool = False  # bytes counted in the store usage
+    headers: list[tuple[str, str]] | None = field(default=None, repr=False)
+
+    @property
+    def priority(self) -> int:
+        return self.ow.priority
+
+    @property
+    def expiration(self) -> int:
+        return self.ow.expiration
+
+    @property
+    def redelivery_counter(self) -> int:
+        return self.ow.redelivery_counter
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else len(self.ow.content or b"")
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether the message's JMSExpiration has passed."""
+        return 0 < self.ow.expiration <= now_ms
+
+    def encoded(self) -> bytes:
+        """The OpenWire frame (cached)."""
+        if self.data is None:
+            self.data = openwire.encode(self.ow)
+        return self.data
+
+    def new_message(self) -> NewMessage:
+        """The row to hand to ``store.add``."""
+        return NewMessage(
+            container=self.container,
+            msgid_prod=self.ow.msgid_prod or "",
+            msgid_seq=self.ow.msgid_seq or 0,
+            msg=self.encoded(),
+            priority=self.ow.priority,
+            expiration=self.ow.expiration,
+        )
+
+    def with_redelivery(self) -> BrokerMessage:
+        """A copy with the redelivery counter incremented (re-encoded if stored)."""
+        ow = self.ow.replace(redelivery_counter=self.ow.redelivery_counter + 1)
+        copy = BrokerMessage(
+            ow, self.container, self.persistent, None, self.store_id, self.store_priority,
+            self.seq, self.counted,
+        )  # fmt: skip
+        if self.persistent:
+            copy.encoded()
+        return copy
+
+    @classmethod
+    def from_row(cls, row: StoredMessage, seq: int) -> BrokerMessage:
+        """A stored row (its MSG decoded)."""
+        ow = openwire.decode(row.msg, lazy=True)
+        return cls(ow, row.container, True, row.msg, row.id, row.priority, seq)
+
+
+def _int_header(frame: Frame, name: str, default: int) -> int:
+    text = frame.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise FrameError(f"header {name} must be an integer, got {text!r}") from None
+
+
+def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int) -> BrokerMessage:
+    """Build the OpenWire message of a SEND frame, as ActiveMQ's STOMP transport does."""
+    persistent = frame.get("persistent", "false") == "true"
+    priority = _int_header(frame, "priority", 4)
+    if not 0 <= priority <= 9:
+        raise FrameError(f"priority must be 0..9, got {priority}")
+    expires = _int_header(frame, "expires", 0)
+    reply = frame.get("reply-to")
+    props = {k: v for k, v in frame.headers.items() if k not in _RESERVED}
+    kwargs = dict(
+        destination=Destination.parse(container),
+        producer_id=producer,
+        sequence=sequence,
+        priority=priority,
+        persistent=persistent,
+        expiration=max(expires, 0),
+        correlation_id=frame.get("correlation-id"),
+        type=frame.get("type"),
+        reply_to=container_of(reply) if reply else None,
+        properties=props or None,
+        group_id=frame.get("JMSXGroupID"),
+    )
+    try:
+        if "content-length" in frame.headers:
+            ow = openwire.bytes_message(frame.body, **kwargs)
+        else:
+            try:
+                text = frame.body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise FrameError("text body is not UTF-8; send a content-length header") from None
+            ow = openwire.text_message(text, **kwargs)
+    except openwire.EncodeError as exc:
+        raise FrameError(f"cannot encode message: {exc}") from None
+    msg = BrokerMessage(ow, container, persistent)
+    if persistent:
+        msg.encoded()
+    return msg
+
+
+def body_of(msg: Message) -> bytes:
+    """The STOMP body of a message (text as UTF-8, bytes as they are)."""
+    if msg.kind is MessageKind.TEXT:
+        return (msg.text or "").encode("utf-8")
+    if msg.kind is MessageKind.BYTES:
+        return msg.bytes_body or b""
+    body = msg.body
+    return body if isinstance(body, bytes) else str(body).encode("utf-8") if body else b""
+
+
+def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
+    """The MESSAGE headers that do not depend on the subscription (cached per message)."""
+    if msg.headers is not None:
+        return msg.headers
+    ow = msg.ow
+    dest = ow.destination.qualified_name if ow.destination else msg.container
+    headers = [
+        ("message-id", ow.jms_message_id or ""),
+        ("destination", stomp_name(dest)),
+        ("priority", str(ow.priority)),
+        ("expires", str(ow.expiration)),
+        ("timestamp", str(ow.timestamp)),
+        ("persistent", "true" if ow.persistent else "false"),
+    ]
+    if ow.correlation_id is not None:
+        headers.append(("correlation-id", ow.correlation_id))
+    if ow.type is not None:
+        headers.append(("type", ow.type))
+    if ow.reply_to is not None:
+        headers.append(("reply-to", stomp_name(ow.reply_to.qualified_name)))
+    if ow.original_destination is not None:
+        headers.append(("original-destination", stomp_name(ow.original_destination.qualified_name)))
+    if ow.group_id is not None:
+        headers.append(("JMSXGroupID", ow.group_id))
+    try:
+        props = ow.plain_properties()
+    except openwire.DecodeError:
+        props = {}
+    taken = {k for k, _ in headers}
+    for key, value in props.items():
+        if key not in taken:
+            headers.append((key, "" if value is None else str(value)))
+    msg.headers = headers
+    return headers
+
+
+def dead_letter(msg: BrokerMessage, dlq: str) -> BrokerMessage:
+    """The copy that goes to the DLQ, recording where it came from (expiration cleared)."""
+    ow = msg.ow.replace(
+        destination=Destination.parse(dlq),
+        original_destination=msg.ow.destination,
+        expiration=0,
+        broker_in_time=int(time.time() * 1000),
+    )
+    copy = BrokerMessage(ow, dlq, True)
+    copy.encoded()
+    return copy

@@ -1,0 +1,91 @@
+"""Prometheus figures of a broker, computed at scrape time from :meth:`Broker.snapshot`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from mqstore.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+
+class _BrokerCollector(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def _snapshot(self) -> dict[str, Any]:
+        for _ in range(5):  # the loop thread may change dicts while we read them
+            try:
+                return self.broker.snapshot()
+            except RuntimeError:
+                continue
+        return {"destinations": {}, "durable_subscriptions": [], "store_usage": {}}
+
+    def collect(self) -> Iterator[Any]:
+        snap = self._snapshot()
+        depth = GaugeMetricFamily(
+            "mqstore_destination_depth", "Messages waiting or in flight", labels=["destination"]
+        )
+        consumers = GaugeMetricFamily(
+            "mqstore_destination_consumers", "Active consumers", labels=["destination"]
+        )
+        enq = CounterMetricFamily(
+            "mqstore_destination_enqueued", "Messages enqueued", labels=["destination"]
+        )
+        deq = CounterMetricFamily(
+            "mqstore_destination_dequeued", "Messages consumed", labels=["destination"]
+        )
+        for name, st in snap["destinations"].items():
+            if "depth" in st:
+                depth.add_metric([name], st["depth"])
+            consumers.add_metric([name], st["consumers"])
+            enq.add_metric([name], st["enqueued"])
+            deq.add_metric([name], st["dequeued"])
+        backlog = GaugeMetricFamily(
+            "mqstore_durable_backlog",
+            "Messages a durable subscription has not acknowledged",
+            labels=["destination", "client_id", "subscription"],
+        )
+        for d in snap["durable_subscriptions"]:
+            backlog.add_metric([d["destination"], d["client_id"], d["subscription"]], d["backlog"])
+        usage = GaugeMetricFamily("mqstore_store_usage_bytes", "Bytes of stored messages")
+        usage.add_metric([], snap["store_usage"].get("used", 0))
+        conns = GaugeMetricFamily("mqstore_connections", "Open STOMP connections")
+        conns.add_metric([], snap.get("connections", 0))
+        yield from (depth, consumers, enq, deq, backlog, usage, conns)
+
+
+class BrokerMetrics:
+    """A registry holding the broker's figures; optionally served over HTTP."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_BrokerCollector(broker))
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` on ``host:port`` (0 picks a port); returns the bound port."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server, self._thread = server, thread
+        bound: int = server.server_address[1]
+        log.info("metrics on http://%s:%d/metrics", host, bound)
+        return bound
+
+    @property
+    def port(self) -> int | None:
+        return None if self._server is None else int(self._server.server_address[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

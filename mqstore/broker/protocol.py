@@ -1,0 +1,214 @@
+"""One STOMP connection: CONNECT negotiation, heart-beats, frame handling, outbound queue.
+
+Persistent SENDs are pipelined: each goes to the store writer and its receipt follows once
+the store call returned; any other frame waits until those sends are settled, so a
+connection's frames take effect in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from mqstore.broker.frames import Frame, FrameError, FrameParser, encode_frame
+from mqstore.broker.handlers import Handlers
+from mqstore.broker.subscriptions import Consumer, Delivery
+from mqstore.broker.transactions import Transaction
+from mqstore.errors import MqstoreError
+from mqstore.openwire import ProducerId
+
+if TYPE_CHECKING:
+    from mqstore.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+VERSIONS = ("1.0", "1.1", "1.2")
+
+
+class ProtocolError(Exception):
+    """A client error: an ERROR frame with this message is sent and the connection closed."""
+
+
+class Connection(Handlers):
+    """Per-connection state machine."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        number: int,
+    ) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        self.number = number
+        self.version = "1.0"
+        self.parser = FrameParser(broker.config.limits)
+        self.connected = False
+        self.closing = False
+        self.client_id: str | None = None
+        self.login: str | None = None
+        self.consumers: dict[str, Consumer] = {}
+        self.tokens: dict[str, Delivery] = {}
+        self.txs: dict[str, Transaction] = {}
+        self.producer = ProducerId(f"ID:{broker.node}-{number}", 1, 1)
+        self.sequence = 0
+        self.unsettled = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._out: deque[tuple[bytes, bool]] = deque()
+        self._out_event = asyncio.Event()
+        self._room_event = asyncio.Event()
+        self.queued_messages = 0
+        self.send_interval = 0.0
+        self.recv_interval = 0.0
+        self._token = 0
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    # -- outbound ---------------------------------------------------------------------------
+    def room(self) -> int:
+        return self.broker.config.max_pending_frames - self.queued_messages
+
+    def send_message(self, data: bytes) -> None:
+        self.queued_messages += 1
+        self._out.append((data, True))
+        self._out_event.set()
+
+    def send_frame(self, data: bytes) -> None:
+        """Queue a control frame (RECEIPT, ERROR, CONNECTED): never subject to the limit."""
+        self._out.append((data, False))
+        self._out_event.set()
+
+    def next_ack_token(self) -> str:
+        self._token += 1
+        return f"{self.number}-{self._token}"
+
+    def register(self, token: str, delivery: Delivery) -> None:
+        self.tokens[token] = delivery
+
+    def forget(self, token: str) -> None:
+        self.tokens.pop(token, None)
+
+    async def wait_room(self) -> None:
+        while self.room() <= 0 and not self.closing:
+            self._room_event.clear()
+            await self._room_event.wait()
+
+    def receipt(self, frame: Frame) -> None:
+        rid = frame.get("receipt")
+        if rid is not None:
+            self.send_frame(encode_frame("RECEIPT", [("receipt-id", rid)], b"", self.version))
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                if not self._out:
+                    if self.closing:
+                        self.reader.feed_eof()  # wake the read loop
+                        return
+                    self._out_event.clear()
+                    try:
+                        async with asyncio.timeout(self.send_interval or None):
+                            await self._out_event.wait()
+                    except TimeoutError:
+                        self.writer.write(b"\n")  # heart-beat
+                        await self.writer.drain()
+                    continue
+                chunk = list(self._out)
+                self._out.clear()
+                self.writer.writelines([data for data, _ in chunk])
+                await self.writer.drain()
+                sent = sum(1 for _, is_msg in chunk if is_msg)
+                if sent:
+                    self.queued_messages -= sent
+                    self._room_event.set()
+                    for c in self.consumers.values():
+                        if c.dest is not None:
+                            c.dest.kick()
+        except (ConnectionError, OSError):
+            self.closing = True
+            self._room_event.set()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the connection until it closes."""
+        writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+        try:
+            await self._read_loop()
+        finally:
+            self.closing = True
+            await self._cleanup()
+            self._out_event.set()
+            try:
+                async with asyncio.timeout(2.0):
+                    await writer_task
+            except (TimeoutError, Exception):
+                writer_task.cancel()
+            try:
+                self.writer.close()
+                async with asyncio.timeout(1.0):
+                    await self.writer.wait_closed()
+            except (TimeoutError, Exception):
+                pass
+
+    async def _read_loop(self) -> None:
+        cfg = self.broker.config
+        while not self.closing:
+            if not self.connected:
+                timeout: float | None = cfg.connect_timeout
+            else:
+                timeout = self.recv_interval * cfg.heartbeat_grace if self.recv_interval else None
+            try:
+                async with asyncio.timeout(timeout):
+                    data = await self.reader.read(65536)
+            except TimeoutError:
+                what = "CONNECT frame" if not self.connected else "heart-beat or frame"
+                self.error(f"no {what} received within {timeout:.1f} s; closing the connection")
+                return
+            except (ConnectionError, OSError):
+                return
+            if not data:
+                return
+            try:
+                frames = self.parser.feed(data)
+            except FrameError as exc:
+                self.error(f"malformed frame: {exc}")
+                return
+            for frame in frames:
+                try:
+                    await self.handle(frame)
+                except (ProtocolError, FrameError, MqstoreError) as exc:
+                    self.error(str(exc), frame)
+                    return
+                if self.closing:
+                    return
+
+    def error(self, message: str, frame: Frame | None = None, detail: str = "") -> None:
+        """Queue an ERROR frame and mark the connection for closing."""
+        headers = [("message", message), ("content-type", "text/plain")]
+        if frame is not None and frame.get("receipt") is not None:
+            headers.append(("receipt-id", frame.headers["receipt"]))
+        log.info("STOMP error to %s (%s): %s", self.peer, self.login or "-", message)
+        body = (detail or message).encode("utf-8")
+        self.send_frame(encode_frame("ERROR", headers, body, self.version))
+        self.closing = True
+
+    async def _cleanup(self) -> None:
+        try:
+            async with asyncio.timeout(self.broker.config.stop_timeout):
+                while self.unsettled:
+                    self._settled.clear()
+                    await self._settled.wait()
+        except TimeoutError:
+            log.warning("connection %s closed with unsettled sends", self.peer)
+        for tx in list(self.txs.values()):
+            self.abort(tx)
+        self.txs.clear()
+        for consumer in list(self.consumers.values()):
+            self.broker.unsubscribe(consumer)
+        self.consumers.clear()
+        self.broker.connection_closed(self)

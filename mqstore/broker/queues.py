@@ -1,0 +1,271 @@
+"""A queue: each message to one consumer, round-robin, priority order, paged from the store.
+
+Only a bounded window of a backlog is in memory; the rest is read with ``store.page``
+(keyset cursor in delivery order) as consumers drain the window. ``tracked`` holds the IDs
+the queue has in memory, in flight or being removed, so a page never yields them twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from mqstore.broker.messages import BrokerMessage
+from mqstore.broker.subscriptions import Consumer, Delivery
+from mqstore.broker.writer import Op
+from mqstore.store.model import Cursor, Outcome, Removal
+
+if TYPE_CHECKING:
+    from mqstore.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Queue:
+    """One queue destination (``queue://NAME``)."""
+
+    def __init__(self, broker: Broker, container: str, *, depth: int = 0, loaded: bool) -> None:
+        self.broker = broker
+        self.container = container
+        self.consumers: list[Consumer] = []
+        self.pending: list[tuple[int, int, BrokerMessage]] = []
+        self.tracked: set[int] = set()
+        self.gone: set[int] = set()
+        self.cursor: Cursor | None = None
+        self.exhausted = loaded
+        self.depth = depth
+        self.enqueued = 0
+        self.dequeued = 0
+        self._rr = 0
+        self._scheduled = False
+        self._paging = False
+        self._skipped = 0
+
+    # -- arrivals ---------------------------------------------------------------------------
+    def enqueue(self, msg: BrokerMessage) -> None:
+        """A new message (stored already when persistent)."""
+        self.depth += 1
+        self.enqueued += 1
+        if msg.store_id is not None:
+            if not self.exhausted and not self._before_cursor(msg):
+                self._skipped += 1
+                return  # a page will bring it in
+            if self.exhausted and len(self.pending) >= self.broker.config.memory_window:
+                self.exhausted = False
+                self._skipped += 1
+                return
+            self.tracked.add(msg.store_id)
+        msg.seq = self.broker.next_seq()
+        heapq.heappush(self.pending, (-msg.priority, msg.seq, msg))
+        self.kick()
+
+    def _before_cursor(self, msg: BrokerMessage) -> bool:
+        if self.cursor is None or msg.store_id is None:
+            return False
+        return (-msg.store_priority, msg.store_id) < (-self.cursor.priority, self.cursor.id)
+
+    def requeue(self, msg: BrokerMessage) -> None:
+        """Put a returned message back in line (keeps its original position)."""
+        heapq.heappush(self.pending, (-msg.priority, msg.seq, msg))
+        self.kick()
+
+    # -- consumers --------------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        consumer.dest = self
+        if consumer.browser:
+            asyncio.get_running_loop().create_task(self._browse(consumer))
+        self.kick()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach; every unsettled delivery goes back, redelivered."""
+        consumer.closed = True
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        back = list(consumer.in_flight.values())
+        for d in back:
+            d.tx = None
+        self.give_back(back)
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def kick(self) -> None:
+        """Schedule a dispatch pass (coalesced)."""
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _eligible(self) -> list[Consumer]:
+        live = [c for c in self.consumers if not c.browser and not c.closed]
+        exclusive = [c for c in live if c.exclusive]
+        return exclusive[:1] if exclusive else live
+
+    def _dispatch(self) -> None:
+        self._scheduled = False
+        consumers = self._eligible()
+        now = _now_ms()
+        auto: list[BrokerMessage] = []
+        while self.pending and consumers:
+            n = len(consumers)
+            chosen = None
+            for i in range(n):
+                c = consumers[(self._rr + i) % n]
+                if c.credit() > 0:
+                    chosen = c
+                    self._rr = (self._rr + i + 1) % n
+                    break
+            if chosen is None:
+                break
+            _, _, msg = heapq.heappop(self.pending)
+            if msg.expired(now):
+                self.broker.dead_letter(self, [msg], Outcome.EXPIRED)
+                continue
+            if chosen.deliver(msg) is None:
+                auto.append(msg)
+        if auto:
+            self.broker.submit(*self.settle_work(auto))
+        self._maybe_page()
+
+    def _maybe_page(self) -> None:
+        window = self.broker.config.memory_window
+        if self.exhausted or self._paging or len(self.pending) > window // 2:
+            return
+        if not self._eligible():
+            return
+        self._paging = True
+        asyncio.get_running_loop().create_task(self._page(window - len(self.pending)))
+
+    async def _page(self, limit: int) -> None:
+        try:
+            gone_before = set(self.gone)
+            skipped = self._skipped
+            limit = max(limit, 1)
+            rows = await asyncio.to_thread(
+                self.broker.store.page, self.container, self.cursor, limit
+            )
+            for row in rows:
+                self.cursor = row.cursor
+                if row.id in self.tracked or row.id in self.gone:
+                    continue
+                msg = BrokerMessage.from_row(row, self.broker.next_seq())
+                self.tracked.add(row.id)
+                heapq.heappush(self.pending, (-msg.priority, msg.seq, msg))
+            self.gone -= gone_before
+            if len(rows) < limit and self._skipped == skipped:
+                self.exhausted = True
+        except Exception:
+            log.exception("paging %s from the store failed", self.container)
+            await asyncio.sleep(1.0)
+        finally:
+            self._paging = False
+        self.kick()
+
+    async def _browse(self, consumer: Consumer) -> None:
+        """Send what the queue holds, then ``browser:end`` (as ActiveMQ's STOMP does)."""
+        cursor: Cursor | None = None
+        try:
+            while not consumer.closed:
+                rows = await asyncio.to_thread(self.broker.store.page, self.container, cursor, 500)
+                for row in rows:
+                    cursor = row.cursor
+                    await self.broker.wait_room(consumer)
+                    consumer.deliver(BrokerMessage.from_row(row, 0))
+                if len(rows) < 500:
+                    break
+            for _, _, msg in sorted(self.pending):
+                if msg.store_id is None and not consumer.closed:
+                    await self.broker.wait_room(consumer)
+                    consumer.deliver(msg)
+            if not consumer.closed:
+                self.broker.browse_end(consumer)
+        except Exception:
+            log.exception("browsing %s failed", self.container)
+
+    # -- settlement -------------------------------------------------------------------------
+    def settle_work(
+        self, msgs: list[BrokerMessage], outcome: Outcome = Outcome.ACKNOWLEDGED
+    ) -> tuple[Op, Callable[[], None]]:
+        """The store work that consumes ``msgs``, and what to do once it is durable."""
+        op = Op()
+        for m in msgs:
+            if m.store_id is not None:
+                op.removes.append(Removal(self.container, m.store_id, outcome))
+
+        def finish() -> None:
+            self.removed(msgs)
+            self.dequeued += len(msgs)
+            self.kick()
+
+        return op, finish
+
+    def removed(self, msgs: list[BrokerMessage]) -> None:
+        """Messages left the queue for good (acked, dead-lettered, expired)."""
+        for m in msgs:
+            self.depth -= 1
+            if m.store_id is not None:
+                self.tracked.discard(m.store_id)
+                self.gone.add(m.store_id)
+            if m.counted:
+                self.broker.usage.release(m.size)
+
+    def drop_pending(self, store_ids: set[int]) -> list[BrokerMessage]:
+        """Take the given stored messages out of the in-memory window (expiry sweep)."""
+        keep: list[tuple[int, int, BrokerMessage]] = []
+        out: list[tuple[int, int, BrokerMessage]] = []
+        for entry in self.pending:
+            (out if entry[2].store_id in store_ids else keep).append(entry)
+        if out:
+            heapq.heapify(keep)
+            self.pending = keep
+        return [e[2] for e in out]
+
+    def expired_pending(self, now: int) -> list[BrokerMessage]:
+        """Remove and return expired messages waiting in memory."""
+        if not any(e[2].expired(now) for e in self.pending):
+            return []
+        keep = [e for e in self.pending if not e[2].expired(now)]
+        out = [e[2] for e in self.pending if e[2].expired(now)]
+        heapq.heapify(keep)
+        self.pending = keep
+        return out
+
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Unacknowledged deliveries return with redelivery counter + 1 (or go to the DLQ)."""
+        policy = self.broker.config.redelivery
+        poison: list[BrokerMessage] = []
+        updates: list[tuple[str, int, bytes]] = []
+        for d in deliveries:
+            d.consumer.settle(d)
+            copy = d.msg.with_redelivery()
+            if policy.exceeded(copy.redelivery_counter):
+                poison.append(copy)
+                continue
+            if copy.store_id is not None and copy.data is not None:
+                updates.append((self.container, copy.store_id, copy.data))
+            delay = policy.delay(copy.redelivery_counter)
+            if delay > 0:
+                asyncio.get_running_loop().call_later(delay / 1000, self.requeue, copy)
+            else:
+                self.requeue(copy)
+        if updates:
+            self.broker.writer_submit(Op(updates=updates), None)
+        if poison:
+            self.broker.dead_letter(self, poison, Outcome.DEAD_LETTERED)
+        self.kick()
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "depth": self.depth,
+            "consumers": len(self.consumers),
+            "enqueued": self.enqueued,
+            "dequeued": self.dequeued,
+            "in_memory": len(self.pending),
+            "in_flight": sum(len(c.in_flight) for c in self.consumers),
+        }

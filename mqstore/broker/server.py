@@ -1,0 +1,356 @@
+"""The STOMP broker: listens, owns destinations, and hosts a :class:`~mqstore.store.port.Store`.
+
+Usage::
+
+    broker = Broker(store, BrokerConfig(...))   # the store is started by the caller
+    await broker.start("0.0.0.0", 61613)         # returns once listening; broker.port
+    ...
+    await broker.stop()                           # graceful; then the caller stops the store
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mqstore.broker.config import BrokerConfig
+from mqstore.broker.durable import DurableSub
+from mqstore.broker.flow import StoreUsage
+from mqstore.broker.frames import encode_frame
+from mqstore.broker.messages import BrokerMessage, dead_letter, stomp_name
+from mqstore.broker.metrics import BrokerMetrics
+from mqstore.broker.protocol import Connection, ProtocolError
+from mqstore.broker.queues import Queue
+from mqstore.broker.subscriptions import Consumer, Dispatcher
+from mqstore.broker.topics import Topic
+from mqstore.broker.writer import Done, Op, StoreWriter
+from mqstore.errors import StoreError
+from mqstore.store.model import Outcome, Removal, SubscriptionKey
+from mqstore.store.port import Store
+
+log = logging.getLogger(__name__)
+
+Destination = Dispatcher
+
+
+class Broker:
+    """A STOMP 1.0/1.1/1.2 broker with ActiveMQ's conventions, persisting through ``store``."""
+
+    def __init__(self, store: Store, config: BrokerConfig | None = None) -> None:
+        self.store = store
+        self.config = config or BrokerConfig()
+        self.queues: dict[str, Queue] = {}
+        self.topics: dict[str, Topic] = {}
+        self.connections: set[Connection] = set()
+        self.client_ids: dict[str, Connection] = {}
+        self.port = 0
+        self.node = f"{socket.gethostname()}-{os.getpid()}-{int(time.time() * 1000)}"
+        self.usage = StoreUsage(self.config.store_usage_limit)
+        self.metrics = BrokerMetrics(self)
+        self._writer: StoreWriter | None = None
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._seq = itertools.count(1)
+        self._conn_numbers = itertools.count(1)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """Load destinations and durable subscriptions, then listen on ``host:port``."""
+        self.usage = StoreUsage(self.config.store_usage_limit)
+        self._writer = StoreWriter(self.store, self.config.max_batch)
+        self._writer.start()
+        await self._load()
+        self._server = await asyncio.start_server(self._accept, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(self.config.expiry_interval, self.sweep_expired)),
+            loop.create_task(self._every(self.config.cleanup_interval, self._cleanup)),
+        ]
+        if self.config.metrics_port is not None:
+            self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
+        log.info("STOMP broker listening on %s:%d", host, self.port)
+
+    async def _load(self) -> None:
+        store = self.store
+        containers = await asyncio.to_thread(store.destinations)
+        for c in containers:
+            if c.startswith("queue://"):
+                depth = await asyncio.to_thread(store.count, c)
+                self.queues[c] = Queue(self, c, depth=depth, loaded=depth == 0)
+            elif c.startswith("topic://"):
+                self.topic(c)
+        for sub in await asyncio.to_thread(store.subscriptions):
+            backlog = await asyncio.to_thread(store.pending_count, sub.key)
+            topic = self.topic(sub.container)
+            topic.durables[sub.key] = DurableSub(topic, sub.key, sub.last_acked_id, backlog)
+
+    async def stop(self) -> None:
+        """Stop accepting, let connections finish in-flight work, close them, flush the store."""
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for conn in list(self.connections):
+            conn.closing = True
+            conn.reader.feed_eof()
+        if self._conn_tasks:
+            await asyncio.wait(list(self._conn_tasks), timeout=self.config.stop_timeout)
+        for task in list(self._conn_tasks):
+            task.cancel()
+        if self._writer is not None:
+            await self._writer.close()
+        self.metrics.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("STOMP broker stopped")
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self, reader, writer, next(self._conn_numbers))
+        self.connections.add(conn)
+        task = asyncio.current_task()
+        assert task is not None
+        self._conn_tasks.add(task)
+        try:
+            await conn.run()
+        except Exception:
+            log.exception("connection %s failed", conn.peer)
+        finally:
+            self.connections.discard(conn)
+            self._conn_tasks.discard(task)
+
+    async def _every(self, seconds: float, job: Any) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await job()
+            except Exception:
+                log.exception("periodic broker job failed")
+
+    # -- services for destinations and connections ------------------------------------------
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def writer_submit(self, op: Op, done: Done | None) -> asyncio.Future[list[int]]:
+        """Queue store work; ``done(ids, exc)`` runs on the loop once it is durable (or failed)."""
+        assert self._writer is not None, "broker not started"
+        op.done = done
+        return self._writer.submit(op)
+
+    def submit(self, op: Op, finish: Callable[[], None]) -> asyncio.Future[list[int]]:
+        """Queue store work; ``finish()`` runs once it is durable (failures are logged)."""
+
+        def done(ids: list[int] | None, exc: BaseException | None) -> None:
+            if exc is not None:
+                log.error("store write failed: %s", exc)
+                return
+            finish()
+
+        return self.writer_submit(op, done)
+
+    def must_store(self, container: str) -> bool:
+        """Persistent messages go through the store for queues, and for topics with durables."""
+        if container.startswith("topic://"):
+            topic = self.topics.get(container)
+            return topic is not None and topic.needs_store
+        return True
+
+    def stored(self, msg: BrokerMessage, ident: int) -> None:
+        msg.store_id = ident
+        msg.store_priority = msg.priority if self.store.prioritized else 0
+
+    def route(self, msg: BrokerMessage) -> None:
+        """Hand a (stored if need be) message to its destination."""
+        if msg.container.startswith("topic://"):
+            self.topic(msg.container).publish(msg)
+        else:
+            self.queue(msg.container).enqueue(msg)
+
+    def queue(self, container: str) -> Queue:
+        q = self.queues.get(container)
+        if q is None:
+            q = self.queues[container] = Queue(self, container, loaded=True)
+        return q
+
+    def topic(self, container: str) -> Topic:
+        t = self.topics.get(container)
+        if t is None:
+            t = self.topics[container] = Topic(self, container)
+        return t
+
+    def dead_letter(
+        self, dest: Dispatcher, msgs: list[BrokerMessage], outcome: Outcome
+    ) -> asyncio.Future[list[int]]:
+        """Atomically consume ``msgs`` from ``dest`` and add copies to the DLQ (persistent only)."""
+        op, finish = dest.settle_work(msgs, outcome)
+        copies: list[BrokerMessage] = []
+        for m in msgs:
+            dlq = self.config.dlq_for(m.container)
+            if (m.persistent or self.config.dlq_non_persistent) and m.container != dlq:
+                copy = dead_letter(m, dlq)
+                op.adds.append(copy.new_message())
+                copies.append(copy)
+
+        def done(ids: list[int] | None, exc: BaseException | None) -> None:
+            if exc is not None or ids is None:
+                log.error("moving messages to the DLQ failed: %s", exc)
+                return
+            for copy, ident in zip(copies, ids, strict=True):
+                self.stored(copy, ident)
+                self.usage.add(copy.size)
+                copy.counted = True
+                self.route(copy)
+            finish()
+
+        if copies:
+            log.info("%d message(s) of %s moved to the DLQ (%s)", len(copies), dest.container,
+                     outcome.value)  # fmt: skip
+        return self.writer_submit(op, done)
+
+    async def wait_room(self, consumer: Consumer) -> None:
+        await consumer.conn.wait_room()  # type: ignore[attr-defined]
+
+    def browse_end(self, consumer: Consumer) -> None:
+        headers = [
+            ("subscription", consumer.sub_id),
+            ("destination", stomp_name(consumer.container)),
+            ("message-id", "BrowserDone"),
+            ("browser", "end"),
+        ]
+        conn = consumer.conn
+        conn.send_message(encode_frame("MESSAGE", headers, b"", conn.version))
+
+    def metrics_changed(self) -> None:
+        """Hook for gauges that are not computed at scrape time (none yet)."""
+
+    def claim_client_id(self, client_id: str, conn: object) -> bool:
+        holder = self.client_ids.get(client_id)
+        if holder is not None and holder is not conn and not holder.closing:
+            return False
+        assert isinstance(conn, Connection)
+        self.client_ids[client_id] = conn
+        return True
+
+    def connection_closed(self, conn: Connection) -> None:
+        if conn.client_id and self.client_ids.get(conn.client_id) is conn:
+            del self.client_ids[conn.client_id]
+
+    # -- subscriptions ------------------------------------------------------------------------
+    async def subscribe(
+        self, consumer: Consumer, durable: str | None, client_id: str | None
+    ) -> None:
+        """Attach a consumer (creating the durable subscription in the store when new)."""
+        container = consumer.container
+        if container.startswith("queue://"):
+            self.queue(container).add_consumer(consumer)
+            return
+        topic = self.topic(container)
+        if durable is None or client_id is None:
+            topic.add_consumer(consumer)
+            return
+        key = SubscriptionKey(container, client_id, durable)
+        sub = topic.durables.get(key)
+        if sub is None:
+            row = await asyncio.to_thread(self.store.add_subscription, key)
+            sub = topic.durables.get(key)
+            if sub is None:
+                sub = topic.durables[key] = DurableSub(topic, key, row.last_acked_id, 0)
+        if sub.active:
+            raise ProtocolError(
+                f"durable subscription {durable!r} of client {client_id!r} already has an "
+                "active subscriber"
+            )
+        sub.attach(consumer)
+
+    def unsubscribe(self, consumer: Consumer) -> None:
+        """Detach a consumer; unacknowledged messages go back."""
+        if consumer.dest is not None:
+            consumer.dest.remove_consumer(consumer)
+        consumer.closed = True
+
+    async def delete_durable(self, container: str, client_id: str, name: str) -> None:
+        """UNSUBSCRIBE with ``activemq.subscriptionName``: delete the durable subscription."""
+        topic = self.topic(container)
+        key = SubscriptionKey(container, client_id, name)
+        sub = topic.durables.pop(key, None)
+        if sub is not None and sub.consumer is not None:
+            sub.remove_consumer(sub.consumer)
+        try:
+            await asyncio.to_thread(self.store.delete_subscription, key)
+        except StoreError as exc:
+            log.info("deleting durable subscription %s: %s", key, exc)
+        topic.release_usage()
+
+    # -- maintenance ----------------------------------------------------------------------------
+    async def sweep_expired(self) -> None:
+        """Dead-letter expired messages in memory and in the store (persistent ones)."""
+        now = int(time.time() * 1000)
+        for q in list(self.queues.values()):
+            expired = q.expired_pending(now)
+            if expired:
+                self.dead_letter(q, expired, Outcome.EXPIRED)
+        rows = await asyncio.to_thread(
+            self.store.expire, now, self.config.expiry_batch, remove=False
+        )
+        removals: list[Removal] = []
+        for row in rows:
+            if row.container.startswith("queue://"):
+                q = self.queue(row.container)
+                if row.id in q.tracked:
+                    for msg in q.drop_pending({row.id}):
+                        self.dead_letter(q, [msg], Outcome.EXPIRED)
+                    continue
+                q.tracked.add(row.id)
+                self.dead_letter(q, [BrokerMessage.from_row(row, 0)], Outcome.EXPIRED)
+            else:
+                removals.append(Removal(row.container, row.id, Outcome.EXPIRED))
+        if removals:
+            self.writer_submit(Op(removes=removals), None)
+
+    async def _cleanup(self) -> None:
+        await asyncio.to_thread(self.store.cleanup)
+
+    # -- stats ------------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Plain-dict figures: destinations, depths, consumers, durable subscriptions, usage."""
+        dests: dict[str, dict[str, int]] = {}
+        for name, q in list(self.queues.items()):
+            dests[name] = q.stats()
+        for name, t in list(self.topics.items()):
+            dests[name] = t.stats()
+        durables = [
+            {
+                "destination": key.container,
+                "client_id": key.client_id,
+                "subscription": key.sub_name,
+                "active": sub.active,
+                "backlog": sub.backlog,
+            }
+            for t in list(self.topics.values())
+            for key, sub in list(t.durables.items())
+        ]
+        writer = self._writer
+        return {
+            "broker": self.config.broker_name,
+            "port": self.port,
+            "connections": len(self.connections),
+            "destinations": dests,
+            "durable_subscriptions": durables,
+            "store_usage": {
+                "used": self.usage.used,
+                "limit": self.usage.limit,
+                "blocked_producers": self.usage.blocked,
+            },
+            "store_writer": {
+                "batches": writer.batches if writer else 0,
+                "ops": writer.ops if writer else 0,
+                "backlog": writer.backlog if writer else 0,
+            },
+        }

@@ -1,0 +1,161 @@
+"""Consumers (one STOMP SUBSCRIBE) and their in-flight deliveries."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from mqstore.broker.frames import encode_frame
+from mqstore.broker.messages import BrokerMessage, body_of, message_headers
+from mqstore.broker.writer import Op
+from mqstore.store.model import Outcome
+
+if TYPE_CHECKING:
+    from mqstore.broker.durable import DurableSub
+
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+class Outbound(Protocol):
+    """What a consumer needs of its connection."""
+
+    version: str
+
+    def room(self) -> int:
+        """How many more MESSAGE frames may be queued for writing."""
+
+    def send_message(self, data: bytes) -> None:
+        """Queue one MESSAGE frame."""
+
+    def next_ack_token(self) -> str:
+        """A fresh value for the 1.2 ``ack`` header."""
+
+    def register(self, token: str, delivery: Delivery) -> None:
+        """Remember ``token`` -> delivery for ACK/NACK lookups."""
+
+    def forget(self, token: str) -> None:
+        """Drop an ack token."""
+
+
+class Dispatcher(Protocol):
+    """A destination (queue, topic, durable subscription) as seen by its consumers."""
+
+    container: str
+
+    def kick(self) -> None:
+        """Schedule a dispatch pass."""
+
+    def settle_work(
+        self, msgs: list[BrokerMessage], outcome: Outcome = ...
+    ) -> tuple[Op, Callable[[], None]]:
+        """Store work that consumes ``msgs`` and what to do once it is durable."""
+
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Unacknowledged deliveries return for redelivery."""
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach a consumer; its unsettled deliveries go back."""
+
+    def removed(self, msgs: list[BrokerMessage]) -> None:
+        """Messages left for good."""
+
+
+@dataclass(slots=True, eq=False)
+class Delivery:
+    """A message sent to a consumer and not yet settled."""
+
+    msg: BrokerMessage
+    consumer: Consumer
+    token: str
+    tx: str | None = None  # acked inside this transaction, awaiting COMMIT/ABORT
+
+
+@dataclass(eq=False)
+class Consumer:
+    """One subscription of one connection to one destination."""
+
+    conn: Outbound
+    sub_id: str
+    container: str
+    ack_mode: str
+    prefetch: int
+    exclusive: bool = False
+    browser: bool = False
+    durable: DurableSub | None = None
+    dest: Dispatcher | None = None
+    in_flight: dict[str, Delivery] = field(default_factory=dict)  # by JMS message id
+    outstanding: int = 0
+    pending: deque[BrokerMessage] = field(default_factory=deque)  # topic copies
+    closed: bool = False
+    delivered: int = 0
+    dropped: int = 0
+
+    def credit(self) -> int:
+        """How many more messages this consumer may be sent now."""
+        if self.closed:
+            return 0
+        room = self.conn.room()
+        if self.ack_mode == "auto":
+            return room
+        return min(room, self.prefetch - self.outstanding)
+
+    def deliver(self, msg: BrokerMessage) -> Delivery | None:
+        """Send a MESSAGE frame; returns the delivery to track (None in auto mode)."""
+        conn = self.conn
+        headers = [*message_headers(msg), ("subscription", self.sub_id)]
+        headers.append(("redelivered", "true" if msg.redelivery_counter > 0 else "false"))
+        token = ""
+        if self.ack_mode != "auto":
+            token = conn.next_ack_token()
+            if conn.version == "1.2":
+                headers.append(("ack", token))
+        conn.send_message(encode_frame("MESSAGE", headers, body_of(msg.ow), conn.version))
+        self.delivered += 1
+        if self.ack_mode == "auto":
+            return None
+        delivery = Delivery(msg, self, token)
+        mid = headers[0][1]
+        self.in_flight[mid] = delivery
+        conn.register(token, delivery)
+        self.outstanding += 1
+        return delivery
+
+    def settle(self, delivery: Delivery) -> None:
+        """Forget a delivery (acked, nacked or returned)."""
+        mid = delivery.msg.ow.jms_message_id or ""
+        if self.in_flight.get(mid) is delivery:
+            del self.in_flight[mid]
+            if delivery.tx is None:
+                self.outstanding -= 1
+        self.conn.forget(delivery.token)
+
+    def mark_tx(self, delivery: Delivery, tx: str) -> None:
+        """An ACK inside a transaction frees prefetch credit at once, as in ActiveMQ."""
+        if delivery.tx is None:
+            delivery.tx = tx
+            self.outstanding -= 1
+
+    def unmark_tx(self, delivery: Delivery) -> None:
+        """An aborted ACK: the delivery counts against prefetch again."""
+        if delivery.tx is not None:
+            delivery.tx = None
+            self.outstanding += 1
+
+    def up_to(self, delivery: Delivery) -> list[Delivery]:
+        """Cumulative ack (``client`` mode): every unsettled delivery up to this one."""
+        out: list[Delivery] = []
+        for d in self.in_flight.values():
+            if d.tx is None:
+                out.append(d)
+            if d is delivery:
+                return out
+        return [delivery]
+
+    def push(self, msg: BrokerMessage, limit: int) -> None:
+        """Queue a topic copy for this consumer, dropping the oldest past ``limit``."""
+        self.pending.append(msg)
+        if len(self.pending) > limit:
+            self.pending.popleft()
+            self.dropped += 1
