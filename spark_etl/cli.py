@@ -1,0 +1,167 @@
+"""``mqstore export`` and ``mqstore audit``: the Spark jobs as Typer commands.
+
+PySpark is imported only when a command runs, so ``mqstore --help`` works without it.
+``register(app)`` adds the commands to the main ``mqstore`` app; ``python -m spark_etl``
+and ``spark-submit spark_etl/submit.py`` run them on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+#: Exit code when the audit crosses a configured threshold.
+EXIT_THRESHOLD = 3
+_INSTALL_HINT = "PySpark is not installed: pip install 'mqstore[spark]'"
+
+Dsn = Annotated[
+    str,
+    typer.Option("--dsn", envvar="MQSTORE_DSN", help="postgresql://USER[:PW]@HOST[:PORT]/DB"),
+]
+Prefix = Annotated[
+    str,
+    typer.Option("--table-prefix", envvar="MQSTORE_TABLE_PREFIX", help="ActiveMQ tablePrefix"),
+]
+Master = Annotated[
+    str | None,
+    typer.Option("--master", help="Spark master (default local[*]; unset under spark-submit)"),
+]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(code)
+
+
+def _session(master: str | None) -> Any:
+    """The SparkSession, or a one-line error when PySpark or the JDBC jar is missing."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise _fail(_INSTALL_HINT) from None
+    from .session import JdbcJarMissingError, build_session
+
+    try:
+        return build_session(master)
+    except JdbcJarMissingError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _run(action: Callable[[], Any]) -> Any:
+    """Run a job; a bad DSN or table becomes one line and exit code 1."""
+    from .sources import SourceError
+
+    try:
+        return action()
+    except SourceError as exc:
+        raise _fail(f"error: {exc}") from None
+
+
+def export_command(
+    out: Annotated[Path, typer.Option("--out", help="output directory (Parquet + watermarks)")],
+    dsn: Dsn,
+    table_prefix: Prefix = "",
+    master: Master = None,
+    keep_msg: Annotated[
+        bool, typer.Option("--keep-msg/--no-keep-msg", help="keep the raw MSG bytes")
+    ] = True,
+) -> None:
+    """Export new messages and history to Parquet (incremental; safe to re-run)."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    spark = _session(master)
+    from .export import STEPS, export
+
+    console = Console(stderr=True)
+    try:
+        with Progress(console=console, transient=False) as bar:
+            task = bar.add_task("export", total=len(STEPS))
+            seen: list[str] = []
+
+            def step(name: str) -> None:
+                if seen:
+                    bar.advance(task)
+                seen.append(name)
+                bar.update(task, description=f"export: {name}")
+
+            result = _run(
+                lambda: export(spark, dsn, out, table_prefix, keep_msg=keep_msg, progress=step)
+            )
+            bar.update(task, completed=len(STEPS), description="export: done")
+    finally:
+        spark.stop()
+    table = Table(title=f"run {result.run_id} ({result.seconds:.1f} s)")
+    for col in ("destination", "messages", "history"):
+        table.add_column(col, justify="left" if col == "destination" else "right")
+    for dest in sorted(set(result.messages) | set(result.history)):
+        table.add_row(dest, str(result.messages.get(dest, 0)), str(result.history.get(dest, 0)))
+    table.add_row("total", str(result.message_rows), str(result.history_rows))
+    Console().print(table)
+
+
+def audit_command(
+    out: Annotated[Path, typer.Option("--out", help="directory for audit.json / audit.html")],
+    dsn: Dsn,
+    table_prefix: Prefix = "",
+    master: Master = None,
+    max_depth: Annotated[int | None, typer.Option(help="messages per destination")] = None,
+    max_backlog: Annotated[int | None, typer.Option(help="pending per subscription")] = None,
+    max_pending_age: Annotated[
+        float | None, typer.Option(help="seconds, oldest pending per subscription")
+    ] = None,
+    max_expired: Annotated[int | None, typer.Option(help="expired but still stored")] = None,
+    max_in_doubt: Annotated[int | None, typer.Option(help="XA-prepared rows")] = None,
+    max_undecodable: Annotated[
+        int | None, typer.Option(help="MSG values that do not decode")
+    ] = None,
+    max_duplicates: Annotated[int | None, typer.Option(help="duplicate JMS message ids")] = None,
+    max_lease_age: Annotated[float | None, typer.Option(help="seconds past the lease")] = None,
+) -> None:
+    """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
+    spark = _session(master)
+    from .audit import Thresholds, audit
+
+    limits = Thresholds(
+        max_depth=max_depth,
+        max_backlog=max_backlog,
+        max_pending_age_s=max_pending_age,
+        max_expired=max_expired,
+        max_in_doubt=max_in_doubt,
+        max_undecodable=max_undecodable,
+        max_duplicates=max_duplicates,
+        max_lease_age_s=max_lease_age,
+    )
+    try:
+        report = _run(lambda: audit(spark, dsn, out, table_prefix, limits))
+    finally:
+        spark.stop()
+    counts = report["counts"]
+    typer.echo(
+        f"{counts['messages']} messages in {len(report['destinations'])} destinations, "
+        f"{len(report['subscriptions'])} subscriptions; report: {out / 'audit.html'}"
+    )
+    for violation in report["violations"]:
+        typer.echo(f"threshold crossed: {violation}", err=True)
+    if report["violations"]:
+        raise typer.Exit(EXIT_THRESHOLD)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``export`` and ``audit`` to the ``mqstore`` Typer app."""
+    app.command("export")(export_command)
+    app.command("audit")(audit_command)
+
+
+def main() -> None:
+    """Stand-alone entry point (``python -m spark_etl``, ``spark-submit .../submit.py``)."""
+    app = typer.Typer(add_completion=False, no_args_is_help=True, help="mqstore Spark jobs")
+    register(app)
+    app()
+
+
+__all__ = ["EXIT_THRESHOLD", "audit_command", "export_command", "main", "register"]
