@@ -1,0 +1,241 @@
+"""Checkpoint: the net effect of a :class:`PendingState` applied in one database transaction.
+
+Order inside the transaction: body updates of database rows, removals of database rows
+(history recorded by ``delete_rows``), purges, subscription deletes and inserts, durable
+acks (newest per subscription and priority), then topic elision (memory adds every
+subscription has acknowledged), the bulk insert of the surviving adds, history rows for
+elided messages, and finally the journal position. Position and effects commit together,
+so replay after a crash is exactly-once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import Connection
+
+from journal.format import Position
+from journal.state import ElidedRow, PendingState
+from mqstore.store.model import Ack, Outcome, Removal, StoredMessage
+from mqstore.store.postgres import PostgresStore
+
+__all__ = ["CheckpointResult", "apply_checkpoint", "read_position"]
+
+_CHUNK = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointResult:
+    """What one checkpoint wrote."""
+
+    written: int
+    elided: int
+    deleted: int
+    acks: int
+    millis: float
+
+
+def read_position(pg: PostgresStore, journal_id: str) -> Position | None:
+    """The checkpoint position stored for ``journal_id``, if any."""
+    j = pg.schema.journal
+    with pg.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(j.c.segment, j.c.position).where(j.c.journal_id == journal_id)
+        ).first()
+    return Position(int(row[0]), int(row[1])) if row else None
+
+
+def _write_position(
+    conn: Connection, pg: PostgresStore, journal_id: str, position: Position, broker: str | None
+) -> None:
+    j = pg.schema.journal
+    values = {
+        "journal_id": journal_id,
+        "segment": position.segment,
+        "position": position.offset,
+        "broker_name": broker,
+        "updated_at": int(time.time() * 1000),
+    }
+    stmt = pg_insert(j).values(**values)
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[j.c.journal_id],
+            set_={
+                k: stmt.excluded[k] for k in ("segment", "position", "broker_name", "updated_at")
+            },
+        )
+    )
+
+
+def _purge_rows(conn: Connection, pg: PostgresStore, container: str, outcome: Outcome) -> int:
+    """Delete every visible row of a container, in chunks, with history."""
+    m = pg.schema.msgs.c
+    total = 0
+    while True:
+        ids = (
+            conn.execute(
+                sa.select(m.id)
+                .where(m.container == container, m.xid.is_(None))
+                .order_by(m.id)
+                .limit(_CHUNK)
+            )
+            .scalars()
+            .all()
+        )
+        if not ids:
+            return total
+        total += pg.delete_rows(conn, [Removal(container, i, outcome) for i in ids])
+
+
+def _topic_floors(
+    conn: Connection, pg: PostgresStore, topics: list[str]
+) -> dict[tuple[str, int], int]:
+    """Per (topic, priority): the lowest LAST_ACKED_ID over its subscriptions."""
+    if not topics:
+        return {}
+    a = pg.schema.acks.c
+    rows = conn.execute(
+        sa.select(a.container, a.priority, sa.func.min(a.last_acked_id))
+        .where(a.container.in_(topics), a.priority < 10)
+        .group_by(a.container, a.priority)
+    ).all()
+    return {(r[0], int(r[1])): int(r[2]) for r in rows if r[2] is not None}
+
+
+def _history(pg: PostgresStore, rows: list[ElidedRow]) -> list[dict[str, object]]:
+    return [
+        {
+            "id": r.message.id,
+            "container": r.message.container,
+            "msgid_prod": r.message.msgid_prod,
+            "msgid_seq": r.message.msgid_seq,
+            "priority": r.message.priority,
+            "expiration": r.message.expiration,
+            "removed_at": r.removed_at,
+            "outcome": r.outcome.value,
+            "msg": r.message.msg if pg.history_bodies else None,
+        }
+        for r in rows
+    ]
+
+
+def _row(msg: StoredMessage) -> dict[str, object]:
+    return {
+        "id": msg.id,
+        "container": msg.container,
+        "msgid_prod": msg.msgid_prod,
+        "msgid_seq": msg.msgid_seq,
+        "expiration": msg.expiration,
+        "priority": msg.priority,
+        "msg": msg.msg,
+        "xid": None,
+    }
+
+
+def apply_checkpoint(
+    pg: PostgresStore,
+    state: PendingState,
+    *,
+    journal_id: str,
+    position: Position,
+    broker_name: str | None = None,
+) -> CheckpointResult:
+    """Write the net effect of ``state`` and ``position`` in one transaction."""
+    started = time.perf_counter()
+    msgs, acks_t = pg.schema.msgs, pg.schema.acks
+    now = int(time.time() * 1000)
+    elided = list(state.elided)
+    elided_count = state.elided_count
+    deleted = 0
+    with pg._tx() as conn:  # the store's write transaction: checks the lock, maps DB errors
+        if state.updates:
+            conn.execute(
+                sa.update(msgs)
+                .where(msgs.c.id == sa.bindparam("b_id"), msgs.c.container == sa.bindparam("b_c"))
+                .values(msg=sa.bindparam("b_msg")),
+                [{"b_id": i, "b_c": c, "b_msg": body} for i, (c, body) in state.updates.items()],
+            )
+        removals = [Removal(c, i, out) for i, (c, out, _) in state.removed.items()]
+        for start in range(0, len(removals), _CHUNK):
+            deleted += pg.delete_rows(conn, removals[start : start + _CHUNK])
+        for container, (outcome, _) in state.purged.items():
+            deleted += _purge_rows(conn, pg, container, outcome)
+        for key in state.subs_deleted:
+            a = acks_t.c
+            conn.execute(
+                sa.delete(acks_t).where(
+                    a.container == key.container,
+                    a.client_id == key.client_id,
+                    a.sub_name == key.sub_name,
+                )
+            )
+        sub_rows = [
+            {
+                "container": s.key.container,
+                "client_id": s.key.client_id,
+                "sub_name": s.key.sub_name,
+                "selector": s.selector,
+                "sub_dest": s.sub_dest or s.key.container,
+                "last_acked_id": s.start,
+                "priority": p,
+            }
+            for s in state.subs_added.values()
+            for p in (range(10) if s.prioritized else (0,))
+        ]
+        if sub_rows:
+            conn.execute(sa.insert(acks_t), sub_rows)
+        pg.apply_acks(conn, [Ack(k, i, p) for (k, p), i in state.acks.items()])
+        # Topic messages every subscription has acknowledged are never written.
+        topics = sorted(c for c in state.container_of_live() if c.startswith("topic://"))
+        floors = _topic_floors(conn, pg, topics)
+        survivors: list[StoredMessage] = []
+        by_id = sorted(state.adds.values(), key=lambda m: m.id)
+        for msg in by_id:
+            floor = floors.get((msg.container, msg.priority))
+            if floor is not None and msg.id <= floor:
+                elided_count += 1
+                if pg.history:
+                    body = msg.msg if pg.history_bodies else b""
+                    elided.append(
+                        ElidedRow(
+                            StoredMessage(
+                                msg.id,
+                                msg.container,
+                                msg.msgid_prod,
+                                msg.msgid_seq,
+                                msg.expiration,
+                                msg.priority,
+                                body,
+                            ),
+                            Outcome.ACKNOWLEDGED,
+                            now,
+                        )
+                    )
+            else:
+                survivors.append(msg)
+        for start in range(0, len(survivors), _CHUNK):
+            pg.insert_rows(conn, [_row(m) for m in survivors[start : start + _CHUNK]])
+        if pg.history and elided:
+            rows = _history(pg, elided)
+            for start in range(0, len(rows), _CHUNK):
+                conn.execute(sa.insert(pg.schema.history), rows[start : start + _CHUNK])
+        _write_position(conn, pg, journal_id, position, broker_name)
+    return CheckpointResult(
+        written=len(survivors),
+        elided=elided_count,
+        deleted=deleted,
+        acks=len(state.acks),
+        millis=(time.perf_counter() - started) * 1000,
+    )
+
+
+def group_ids(pairs: list[tuple[str, int]]) -> dict[str, list[int]]:
+    """IDs grouped by container, keeping order."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for container, i in pairs:
+        out[container].append(i)
+    return out

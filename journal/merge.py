@@ -1,0 +1,206 @@
+"""Database reads of the journaled store, and merging them with the in-memory window.
+
+Every query takes the IDs the pending state removed (and the containers it purged) and
+leaves those rows out, so a read sees the database as the next checkpoint will leave it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from mqstore.store.model import Cursor, StoredMessage, Subscription, SubscriptionKey
+from mqstore.store.postgres import PostgresStore
+
+__all__ = ["DatabaseView", "merge_rows"]
+
+T = TypeVar("T")
+_COLS = "m.id, m.container, m.msgid_prod, m.msgid_seq, m.expiration, m.priority, m.msg, m.xid"
+_IDS = "CAST(:excl AS bigint[])"
+
+
+def merge_rows(
+    db: Sequence[StoredMessage],
+    mem: Sequence[StoredMessage],
+    limit: int,
+    updates: dict[int, bytes],
+) -> list[StoredMessage]:
+    """Database rows and memory adds in delivery order, each ID once, at most ``limit``."""
+    by_id: dict[int, StoredMessage] = {}
+    for row in db:
+        body = updates.get(row.id)
+        by_id[row.id] = replace(row, msg=body) if body is not None else row
+    for row in mem:
+        by_id[row.id] = row
+    rows = sorted(by_id.values(), key=lambda r: (-r.priority, r.id))
+    return rows[:limit]
+
+
+class DatabaseView:
+    """Queries on the wrapped store's tables (read-only)."""
+
+    def __init__(self, pg: PostgresStore) -> None:
+        self.pg = pg
+        self.m = pg.schema.msgs.name
+        self.a = pg.schema.acks.name
+
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        return self.pg._read(fn)  # the store's read helper maps database errors
+
+    def _rows(self, sql: str, params: dict[str, object]) -> list[StoredMessage]:
+        rows = self._read(lambda c: c.execute(sa.text(sql), params).all())
+        return [StoredMessage(*r) for r in rows]
+
+    @staticmethod
+    def _floors(floors: dict[int, int] | None) -> tuple[str, dict[str, object]]:
+        if floors is None:
+            return "", {}
+        join = (
+            " JOIN unnest(CAST(:fp AS bigint[]), CAST(:fl AS bigint[])) AS f(priority, last) "
+            "ON m.priority = f.priority AND m.id > f.last"
+        )
+        return join, {"fp": list(floors), "fl": list(floors.values())}
+
+    def page(
+        self,
+        container: str,
+        after: Cursor,
+        limit: int,
+        bound: int,
+        excl: list[int],
+        floors: dict[int, int] | None = None,
+    ) -> list[StoredMessage]:
+        """Visible rows after ``after`` in delivery order, removed IDs left out."""
+        join, params = self._floors(floors)
+        sql = (
+            f"SELECT {_COLS} FROM {self.m} m{join} WHERE m.container = :container "
+            f"AND m.xid IS NULL AND m.id < :bound AND m.id <> ALL({_IDS}) "
+            "AND (- m.priority, m.id) > (:neg_priority, :after_id) "
+            "ORDER BY - m.priority, m.id LIMIT :limit"
+        )
+        params.update(
+            container=container,
+            bound=bound,
+            excl=excl,
+            neg_priority=-after.priority,
+            after_id=after.id,
+            limit=limit,
+        )
+        return self._rows(sql, params)
+
+    def count(self, container: str, excl: list[int], floors: dict[int, int] | None = None) -> int:
+        """Visible rows of a container (above per-priority floors), removed IDs left out."""
+        join, params = self._floors(floors)
+        sql = (
+            f"SELECT count(*) FROM {self.m} m{join} WHERE m.container = :container "
+            f"AND m.xid IS NULL AND m.id <> ALL({_IDS})"
+        )
+        params.update(container=container, excl=excl)
+        return int(self._read(lambda c: c.execute(sa.text(sql), params).scalar_one()))
+
+    def existing_keys(self, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], int]:
+        """IDs of rows already holding these (container, producer id, sequence) keys."""
+        if not keys:
+            return {}
+        sql = (
+            f"SELECT m.container, m.msgid_prod, m.msgid_seq, m.id FROM {self.m} m JOIN "
+            "unnest(CAST(:c AS text[]), CAST(:p AS text[]), CAST(:s AS bigint[])) AS k(c, p, s) "
+            "ON m.msgid_prod = k.p AND m.msgid_seq = k.s AND m.container = k.c"
+        )
+        params = {"c": [k[0] for k in keys], "p": [k[1] for k in keys], "s": [k[2] for k in keys]}
+        rows = self._read(lambda c: c.execute(sa.text(sql), params).all())
+        return {(r[0], r[1], int(r[2])): int(r[3]) for r in rows}
+
+    def visible(self, ids: list[int]) -> dict[int, str]:
+        """Container of each of these IDs stored outside any XA transaction."""
+        sql = f"SELECT id, container FROM {self.m} WHERE id = ANY({_IDS}) AND xid IS NULL"
+        rows = self._read(lambda c: c.execute(sa.text(sql), {"excl": ids}).all())
+        return {int(r[0]): r[1] for r in rows}
+
+    def exists(self, message_id: int, container: str) -> bool:
+        """Whether the row is stored (in or out of an XA transaction)."""
+        sql = f"SELECT 1 FROM {self.m} WHERE id = :id AND container = :container"
+        params = {"id": message_id, "container": container}
+        return self._read(lambda c: c.execute(sa.text(sql), params).first()) is not None
+
+    def find(self, prod: str, seq: int, container: str | None) -> list[StoredMessage]:
+        """Rows with this JMS message id, oldest first."""
+        sql = f"SELECT {_COLS} FROM {self.m} m WHERE m.msgid_prod = :p AND m.msgid_seq = :s"
+        params: dict[str, object] = {"p": prod, "s": seq}
+        if container is not None:
+            sql += " AND m.container = :container"
+            params["container"] = container
+        return self._rows(sql + " ORDER BY m.id LIMIT 100", params)
+
+    def max_id(self) -> int:
+        """The highest stored message ID (0 when empty)."""
+        sql = f"SELECT coalesce(max(id), 0) FROM {self.m}"
+        return int(self._read(lambda c: c.execute(sa.text(sql)).scalar_one()))
+
+    def destinations(
+        self, removed: list[int], purged: list[str], deleted: set[SubscriptionKey]
+    ) -> set[str]:
+        """Containers with rows not removed, or with subscriptions not deleted."""
+        sql = (
+            f"SELECT DISTINCT container FROM {self.m} WHERE id <> ALL({_IDS}) "
+            "AND NOT (container = ANY(CAST(:purged AS text[])) AND xid IS NULL)"
+        )
+        params = {"excl": removed, "purged": purged}
+        found = set(self._read(lambda c: c.execute(sa.text(sql), params).scalars().all()))
+        subs = f"SELECT DISTINCT container, client_id, sub_name FROM {self.a} WHERE priority < 11"
+        for r in self._read(lambda c: c.execute(sa.text(subs)).all()):
+            if SubscriptionKey(r[0], r[1], r[2]) not in deleted:
+                found.add(r[0])
+        return found
+
+    def subscription_rows(
+        self, container: str | None, key: SubscriptionKey | None = None
+    ) -> dict[SubscriptionKey, tuple[Subscription, dict[int, int]]]:
+        """Subscriptions from ACTIVEMQ_ACKS with their LAST_ACKED_ID per priority."""
+        sql = (
+            "SELECT container, client_id, sub_name, selector, sub_dest, priority, last_acked_id "
+            f"FROM {self.a} WHERE priority < 10"
+        )
+        params: dict[str, object] = {}
+        if container is None:
+            sql += " AND container LIKE 'topic://%'"
+        else:
+            sql += " AND container = :container"
+            params["container"] = container
+        if key is not None:
+            sql += " AND client_id = :client_id AND sub_name = :sub_name"
+            params.update(client_id=key.client_id, sub_name=key.sub_name)
+        out: dict[SubscriptionKey, tuple[Subscription, dict[int, int]]] = {}
+        for r in self._read(lambda c: c.execute(sa.text(sql), params).all()):
+            k = SubscriptionKey(r[0], r[1], r[2])
+            sub, floors = out.setdefault(k, (Subscription(k, r[3], r[4], -1), {}))
+            floors[int(r[5])] = -1 if r[6] is None else int(r[6])
+            if r[3] is not None or r[4] is not None:
+                out[k] = (Subscription(k, sub.selector or r[3], sub.sub_dest or r[4], -1), floors)
+        return out
+
+    def expired(
+        self, now_ms: int, limit: int, removed: list[int], purged: list[str]
+    ) -> list[StoredMessage]:
+        """Expired visible rows, oldest first, removed ones left out."""
+        sql = (
+            f"SELECT {_COLS} FROM {self.m} m WHERE m.expiration > 0 AND m.expiration < :now "
+            f"AND m.xid IS NULL AND m.id <> ALL({_IDS}) "
+            "AND m.container <> ALL(CAST(:purged AS text[])) ORDER BY m.expiration LIMIT :limit"
+        )
+        params = {"now": now_ms, "limit": limit, "excl": removed, "purged": purged}
+        return self._rows(sql, params)
+
+    def depths(self, removed: list[int], purged: list[str]) -> dict[str, int]:
+        """Visible rows per container, removed ones left out."""
+        sql = (
+            f"SELECT container, count(*) FROM {self.m} WHERE xid IS NULL "
+            f"AND id <> ALL({_IDS}) AND container <> ALL(CAST(:purged AS text[])) "
+            "GROUP BY container"
+        )
+        params = {"excl": removed, "purged": purged}
+        return {r[0]: int(r[1]) for r in self._read(lambda c: c.execute(sa.text(sql), params))}

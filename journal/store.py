@@ -1,0 +1,761 @@
+"""The journaled store: the store port with a local write-ahead journal in front of PostgreSQL.
+
+Writes are acknowledged once their journal record is durable (group commit) and applied to
+an in-memory :class:`~journal.state.PendingState`; reads merge that state with the database;
+a checkpoint thread applies the net effect to the database in one transaction together with
+the journal position (see :mod:`journal.checkpoint`). XA work and topic cleanup first
+checkpoint, then run on the database directly while writers are held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
+from journal.format import Position
+from journal.merge import DatabaseView, merge_rows
+from journal.records import (
+    AckSubscription,
+    AddMessage,
+    AddSubscription,
+    DeleteSubscription,
+    Op,
+    PurgeDestination,
+    RemoveMessages,
+    UpdateMessage,
+)
+from journal.state import PendingState, encode_target
+from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
+from mqstore.errors import (
+    ConfigError,
+    DuplicateMessageError,
+    MessageNotFoundError,
+    StoreClosedError,
+    StoreError,
+)
+from mqstore.store.model import (
+    Ack,
+    Batch,
+    Cursor,
+    NewMessage,
+    Outcome,
+    PreparedTransaction,
+    Removal,
+    StoredMessage,
+    StoreStats,
+    Subscription,
+    SubscriptionKey,
+    Xid,
+)
+from mqstore.store.postgres import PostgresStore
+from mqstore.store.validation import check_container, check_messages, check_topic
+
+__all__ = ["JournalBehindDatabaseError", "JournalMasterSlaveError", "JournaledStore"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_NO_BOUND = 2**63 - 1
+_FIRST = Cursor(10, 0)
+ID_FILE = "journal-id"
+
+
+class JournalMasterSlaveError(ConfigError):
+    """A local journal was combined with a lock that lets other brokers share the tables."""
+
+
+class JournalBehindDatabaseError(StoreError):
+    """The database holds a checkpoint beyond the end of this journal (journal lost or reset)."""
+
+
+class _Gate:
+    """Writers share it; a checkpoint (or XA work) takes it alone. Waiting exclusives win."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                if not self._shared:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._exclusive or self._shared:
+                self._cond.wait()
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+def read_journal_id(directory: Path) -> str:
+    """The journal's UUID, created (durably) on first use."""
+    path = directory / ID_FILE
+    if path.exists():
+        return path.read_text().strip()
+    directory.mkdir(parents=True, exist_ok=True)
+    new = str(uuid.uuid4())
+    tmp = directory / (ID_FILE + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(new + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return new
+
+
+def advance_sequence(pg: PostgresStore, min_last_id: int) -> None:
+    """Make the store's ID sequence continue above ``min_last_id``.
+
+    Uses PostgresStore's documented sequence state (``_seq_lock``/``_last_id``): the journal
+    may hold IDs the database has never seen.
+    """
+    with pg._seq_lock:
+        pg._last_id = max(pg._last_id, min_last_id)
+
+
+class JournaledStore:
+    """The store port (:class:`mqstore.store.port.Store`) with a local journal.
+
+    ``pg`` may be started or not; :meth:`start` starts it. ``shared_lock`` must say whether
+    other brokers may share the tables (lease or row lock): that combination is refused.
+    """
+
+    def __init__(
+        self,
+        pg: PostgresStore,
+        journal_dir: str | os.PathLike[str],
+        *,
+        sync_policy: str = "always",
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        checkpoint_interval_ms: float = 1000,
+        max_pending_bytes: int = 256 * 1024 * 1024,
+        journal_max_bytes: int = 1024 * 1024 * 1024,
+        archive_dir: str | os.PathLike[str] | None = None,
+        broker_name: str | None = None,
+        shared_lock: bool,
+    ) -> None:
+        if shared_lock:
+            raise JournalMasterSlaveError(
+                "the local journal cannot be used with a shared-database master/slave lock: "
+                "until a checkpoint, recent messages and acknowledgements exist only in this "
+                "broker's journal, so a standby taking over the lock would see a stale "
+                "database (messages missing, consumed messages delivered again). For "
+                "master/slave run with --no-journal and the lease lock; for a single broker "
+                "with the journal use --lock none."
+            )
+        self.pg = pg
+        self.journal_dir = Path(journal_dir)
+        self.sync_policy = sync_policy
+        self.segment_size = segment_size
+        self.checkpoint_interval_s = checkpoint_interval_ms / 1000.0
+        self.max_pending_bytes = max_pending_bytes
+        self.journal_max_bytes = journal_max_bytes
+        self.archive_dir = Path(archive_dir) if archive_dir is not None else None
+        self.broker_name = broker_name
+        self.journal_id = ""
+        self._journal: Journal | None = None
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._gate = _Gate()
+        self._state = self._new_state()
+        self._inflight: dict[int, int] = {}
+        self._reserved: set[tuple[str, str, int]] = set()
+        self._claimed: set[int] = set()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._counters: dict[str, float] = dict.fromkeys(
+            ("added", "removed", "acked", "written", "elided", "checkpoints", "replayed"), 0.0
+        )
+        self._ckpt_ms: list[float] = []
+        self._last_position = Position(0, 0)
+        self.db = DatabaseView(pg)
+
+    def _new_state(self) -> PendingState:
+        return PendingState(keep_history=self.pg.history, keep_bodies=self.pg.history_bodies)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def prioritized(self) -> bool:
+        return self.pg.prioritized
+
+    @property
+    def journal(self) -> Journal:
+        if self._journal is None:
+            raise StoreClosedError("the journaled store is not started (call start() first)")
+        return self._journal
+
+    def start(self) -> None:
+        """Start the database store, open and replay the journal, start checkpointing."""
+        if self._started:
+            return
+        if not self.pg.started:
+            self.pg.start()
+        try:
+            self._journal = Journal.open(
+                self.journal_dir, segment_size=self.segment_size, sync_policy=self.sync_policy
+            )
+            self.journal_id = read_journal_id(self.journal_dir)
+            self._replay()
+        except BaseException:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            self.pg.stop()
+            raise
+        self._stopping.clear()
+        self._started = True
+        self._thread = threading.Thread(
+            target=self._checkpoint_loop, name="mqstore-checkpoint", daemon=True
+        )
+        self._thread.start()
+
+    def _replay(self) -> None:
+        """Rebuild the pending state from records after the stored checkpoint."""
+        journal = self.journal
+        stored = read_position(self.pg, self.journal_id)
+        end = journal.position
+        if stored is not None and (stored > end or stored.segment < journal.start_position.segment):
+            raise JournalBehindDatabaseError(
+                f"the database holds checkpoint {stored} of journal {self.journal_id}, but the "
+                f"journal in {self.journal_dir} covers only {journal.start_position}..{end}: "
+                "the journal was deleted, reset or replaced, so acknowledged writes are lost "
+                "or would be replayed twice. Restore the journal directory, or (accepting the "
+                f"loss) delete the row of journal_id {self.journal_id!r} from "
+                f"{self.pg.schema.journal.name} and start again."
+            )
+        last = stored
+        for position, ops in journal.recover(after=stored):
+            self._state.apply(ops)
+            self._counters["replayed"] += 1
+            last = position
+            if self._state.pending_bytes >= self.max_pending_bytes:
+                self._checkpoint_state(position)
+        if last is not None and not self._state.empty:
+            log.info("journal %s replayed up to %s", self.journal_dir, last)
+        advance_sequence(self.pg, self._state.max_id)
+
+    def stop(self, *, checkpoint: bool = True) -> None:
+        """Final checkpoint, close the journal, stop the database store. Idempotent.
+
+        ``checkpoint=False`` leaves the window in the journal for the next start to replay
+        (a fast shutdown; also how tests simulate a crash without killing the process).
+        """
+        if not self._started:
+            return
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        try:
+            if checkpoint:
+                self.checkpoint()
+        finally:
+            self._started = False
+            with self._space:
+                self._space.notify_all()
+            self.journal.close()
+            self._journal = None
+            self.pg.stop()
+
+    def _check_open(self) -> None:
+        if not self._started:
+            raise StoreClosedError("the journaled store is not started (call start() first)")
+
+    # ------------------------------------------------------------------ checkpoint
+    def _checkpoint_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self.checkpoint_interval_s)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.checkpoint()
+            except Exception:  # keep checkpointing; the state stays until one succeeds
+                log.exception("journal checkpoint failed; retrying")
+                self._stopping.wait(min(1.0, self.checkpoint_interval_s))
+
+    def checkpoint(self) -> CheckpointResult | None:
+        """Apply everything acknowledged so far to the database; None if nothing was new."""
+        with self._gate.exclusive():
+            result = self._checkpoint_locked()
+            position = self._last_position
+        if result is not None and self._journal is not None:
+            self._journal.release(position, self.archive_dir)
+        return result
+
+    def _checkpoint_locked(self) -> CheckpointResult | None:
+        if self._state.empty:
+            return None
+        return self._checkpoint_state(self.journal.position)
+
+    def _checkpoint_state(self, position: Position) -> CheckpointResult:
+        result = apply_checkpoint(
+            self.pg,
+            self._state,
+            journal_id=self.journal_id,
+            position=position,
+            broker_name=self.broker_name,
+        )
+        self._last_position = position
+        with self._space:
+            self._state = self._new_state()
+            self._space.notify_all()
+        self._counters["written"] += result.written
+        self._counters["elided"] += result.elided
+        self._counters["checkpoints"] += 1
+        self._ckpt_ms = [*self._ckpt_ms[-99:], result.millis]
+        return result
+
+    # ------------------------------------------------------------------ write plumbing
+    def _admit(self, nbytes: int) -> None:
+        """Flow control: producers wait while the un-checkpointed window is full."""
+        with self._space:
+            while (
+                self._started
+                and self._state.pending_bytes > 0
+                and self._state.pending_bytes + nbytes > self.max_pending_bytes
+            ):
+                self._wake.set()
+                self._space.wait(0.05)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        self._check_open()
+        with self._gate.shared():
+            self._check_open()
+            self.pg._check_writable()  # lock held (LockLostError otherwise)
+            yield
+
+    def _append(self, ops: list[Op]) -> int:
+        """Journal one record (durable on return), then apply it; returns rows it removed."""
+        self.journal.append(ops)
+        with self._lock:
+            removed = self._state.apply(ops)
+            pending = self._state.pending_bytes
+        full = self.journal.stats().bytes_on_disk >= self.journal_max_bytes
+        if full or pending * 2 >= self.max_pending_bytes:
+            self._wake.set()
+        return removed
+
+    def _assign(self, count: int) -> list[int]:
+        with self._lock:
+            ids = self.pg.next_ids(count)
+            self._inflight[ids[0]] = count
+        return ids
+
+    def _bound(self) -> int:
+        return min(self._inflight) if self._inflight else _NO_BOUND
+
+    def _reserve(self, adds: Sequence[NewMessage]) -> list[tuple[str, str, int]]:
+        keys = [(m.container, m.msgid_prod, m.msgid_seq) for m in adds]
+        found = self.db.existing_keys(keys)
+        with self._lock:
+            state = self._state
+            for key in keys:
+                hit = found.get(key)
+                if (
+                    key in state.keys
+                    or key in self._reserved
+                    or (hit is not None and not state.hides(hit, key[0]))
+                ):
+                    raise DuplicateMessageError(
+                        "a message with the same JMS message id is already stored in that "
+                        f"destination ({key[1]}:{key[2]} in {key[0]}); nothing was added"
+                    )
+            self._reserved.update(keys)
+        return keys
+
+    def _claim(self, removes: Sequence[Removal]) -> dict[tuple[str, Outcome], list[int]]:
+        """Decide which removals hit a stored message; claim those IDs."""
+        with self._lock:
+            state = self._state
+            unknown = [
+                r.id
+                for r in removes
+                if r.id not in state.adds and not state.hides(r.id, r.container)
+            ]
+        in_db = self.db.visible(unknown) if unknown else {}
+        out: dict[tuple[str, Outcome], list[int]] = {}
+        with self._lock:
+            state = self._state
+            for r in removes:
+                msg = state.adds.get(r.id)
+                stored = (
+                    msg.container == r.container
+                    if msg is not None
+                    else in_db.get(r.id) == r.container and not state.hides(r.id, r.container)
+                )
+                if stored and r.id not in self._claimed:
+                    self._claimed.add(r.id)
+                    out.setdefault((r.container, r.outcome or Outcome.ACKNOWLEDGED), []).append(
+                        r.id
+                    )
+        return out
+
+    def _write(
+        self, adds: Sequence[NewMessage], removes: Sequence[Removal], acks: Sequence[Ack]
+    ) -> tuple[list[int], int]:
+        check_messages(adds, self.pg.max_message_bytes)
+        for removal in removes:
+            check_container(removal.container)
+        if adds:
+            self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds))
+        with self._writing():
+            ids = self._assign(len(adds)) if adds else []
+            keys: list[tuple[str, str, int]] = []
+            claimed: dict[tuple[str, Outcome], list[int]] = {}
+            try:
+                keys = self._reserve(adds) if adds else []
+                claimed = self._claim(removes) if removes else {}
+                col = self.pg.column_priority
+                ops: list[Op] = [
+                    AddMessage(
+                        i,
+                        m.container,
+                        m.msgid_prod,
+                        m.msgid_seq,
+                        m.expiration,
+                        col(m.priority),
+                        bytes(m.msg),
+                    )
+                    for m, i in zip(adds, ids, strict=True)
+                ]
+                ops += [
+                    RemoveMessages(encode_target(c, o, Outcome.ACKNOWLEDGED), tuple(r))
+                    for (c, o), r in claimed.items()
+                ]
+                ops += [
+                    AckSubscription(
+                        a.key.container,
+                        a.key.client_id,
+                        a.key.sub_name,
+                        a.message_id,
+                        col(a.priority),
+                    )
+                    for a in acks
+                ]
+                removed = self._append(ops) if ops else 0
+            finally:
+                with self._lock:
+                    if ids:
+                        self._inflight.pop(ids[0], None)
+                    self._reserved.difference_update(keys)
+                    for group in claimed.values():
+                        self._claimed.difference_update(group)
+        self._counters["added"] += len(ids)
+        self._counters["removed"] += removed
+        self._counters["acked"] += len(acks)
+        return ids, removed
+
+    # ------------------------------------------------------------------ messages
+    def add(self, messages: Sequence[NewMessage]) -> list[int]:
+        return self._write(messages, (), ())[0]
+
+    def remove(
+        self, container: str, ids: Sequence[int], outcome: Outcome = Outcome.ACKNOWLEDGED
+    ) -> int:
+        check_container(container)
+        return self._write((), [Removal(container, i, outcome) for i in ids], ())[1]
+
+    def commit(self, batch: Batch) -> list[int]:
+        return self._write(batch.adds, batch.removes, batch.acks)[0]
+
+    def _snapshot(
+        self, container: str, after: Cursor, limit: int, floors: dict[int, int] | None = None
+    ) -> tuple[int, list[StoredMessage], list[int], bool, dict[int, bytes]]:
+        with self._lock:
+            bound = self._bound()
+            state = self._state
+            mem = state.page(container, after, limit, bound, floors)
+            return (
+                bound,
+                mem,
+                state.excluded(container),
+                container in state.purged,
+                {i: b for i, (c, b) in state.updates.items() if c == container},
+            )
+
+    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
+        cursor = after or _FIRST
+        bound, mem, excl, purged, upd = self._snapshot(container, cursor, limit)
+        db = [] if purged else self.db.page(container, cursor, limit, bound, excl)
+        return merge_rows(db, mem, limit, upd)
+
+    def get(self, message_id: int) -> StoredMessage | None:
+        with self._lock:
+            state = self._state
+            if message_id in state.adds:
+                return state.adds[message_id]
+            if message_id in state.removed:
+                return None
+            purged, upd = set(state.purged), state.updates.get(message_id)
+        row = self.pg.get(message_id)
+        if row is None or (row.container in purged and row.xid is None):
+            return None
+        return replace(row, msg=upd[1]) if upd else row
+
+    def find(
+        self, msgid_prod: str, msgid_seq: int, container: str | None = None
+    ) -> StoredMessage | None:
+        with self._lock:
+            state = self._state
+            mem = [
+                state.adds[i]
+                for (c, p, s), i in state.keys.items()
+                if p == msgid_prod and s == msgid_seq and (container is None or c == container)
+            ]
+            removed, purged = set(state.removed), set(state.purged)
+        rows = [
+            r
+            for r in self.db.find(msgid_prod, msgid_seq, container)
+            if r.id not in removed and not (r.container in purged and r.xid is None)
+        ]
+        found = sorted(mem + rows, key=lambda r: r.id)
+        if not found:
+            return None
+        return self.get(found[0].id) if found[0] in rows else found[0]
+
+    def update(self, container: str, message_id: int, msg: bytes) -> None:
+        with self._writing():
+            with self._lock:
+                state = self._state
+                mem = state.adds.get(message_id)
+                hidden = state.hides(message_id, container)
+            stored = (
+                mem.container == container
+                if mem is not None
+                else not hidden and self.db.exists(message_id, container)
+            )
+            if not stored:
+                raise MessageNotFoundError(f"message {message_id} is not stored in {container}")
+            self._append([UpdateMessage(container, message_id, bytes(msg))])
+
+    def count(self, container: str) -> int:
+        with self._lock:
+            state = self._state
+            live, excl = state.live.get(container, 0), state.excluded(container)
+            purged = container in state.purged
+        return live + (0 if purged else self.db.count(container, excl))
+
+    def purge(self, container: str) -> int:
+        check_container(container)
+        return self._purge(container, Outcome.PURGED, [])
+
+    def _purge(self, container: str, outcome: Outcome, extra: list[Op]) -> int:
+        with self._writing():
+            before = self.count(container)
+            self._append(
+                [*extra, PurgeDestination(encode_target(container, outcome, Outcome.PURGED))]
+            )
+        self._counters["removed"] += before
+        return before
+
+    def destinations(self) -> list[str]:
+        with self._lock:
+            state = self._state
+            removed, purged = list(state.removed), list(state.purged)
+            mem = state.container_of_live() | {k.container for k in state.subs_added}
+            deleted = set(state.subs_deleted) - set(state.subs_added)
+        found = self.db.destinations(removed, purged, deleted)
+        return sorted(found | mem)
+
+    # ------------------------------------------------------------------ durable topics
+    def _positions(self, key: SubscriptionKey) -> tuple[Subscription, dict[int, int]] | None:
+        """A subscription and its effective last-acked ID per column priority."""
+        with self._lock:
+            state = self._state
+            added = state.subs_added.get(key)
+            deleted = key in state.subs_deleted
+            acks = {p: i for (k, p), i in state.acks.items() if k == key}
+        if added is not None:
+            prios = range(10) if added.prioritized else (0,)
+            floors = {p: max(added.start, acks.get(p, -1)) for p in prios}
+            sub = Subscription(key, added.selector, added.sub_dest or key.container, 0)
+        elif deleted:
+            return None
+        else:
+            found = self.db.subscription_rows(key.container, key)
+            if key not in found:
+                return None
+            sub, db_floors = found[key]
+            floors = {p: max(v, acks.get(p, -1)) for p, v in db_floors.items()}
+        return (
+            Subscription(sub.key, sub.selector, sub.sub_dest, min(floors.values(), default=-1)),
+            floors,
+        )
+
+    def add_subscription(
+        self,
+        key: SubscriptionKey,
+        *,
+        selector: str | None = None,
+        sub_dest: str | None = None,
+        retroactive: bool = False,
+    ) -> Subscription:
+        check_topic(key.container)
+        existing = self.get_subscription(key)
+        if existing is not None:
+            return existing
+        with self._writing():
+            with self._lock:
+                mem_top = self._state.max_id
+            start = -1 if retroactive else max(self.db.max_id(), mem_top)
+            self._append(
+                [
+                    AddSubscription(
+                        key.container,
+                        key.client_id,
+                        key.sub_name,
+                        selector,
+                        sub_dest or key.container,
+                        start,
+                        self.prioritized,
+                    )
+                ]
+            )
+        return Subscription(key, selector, sub_dest or key.container, start)
+
+    def get_subscription(self, key: SubscriptionKey) -> Subscription | None:
+        found = self._positions(key)
+        return found[0] if found else None
+
+    def subscriptions(self, container: str | None = None) -> list[Subscription]:
+        with self._lock:
+            state = self._state
+            keys = {k for k in state.subs_added if container is None or k.container == container}
+            deleted = set(state.subs_deleted)
+        keys |= {k for k in self.db.subscription_rows(container) if k not in deleted}
+        subs = [self._positions(k) for k in keys]
+        out = [s[0] for s in subs if s is not None]
+        return sorted(out, key=lambda s: (s.key.container, s.key.client_id, s.key.sub_name))
+
+    def delete_subscription(self, key: SubscriptionKey) -> None:
+        op = DeleteSubscription(key.container, key.client_id, key.sub_name)
+        others = [s for s in self.subscriptions(key.container) if s.key != key]
+        if others:
+            with self._writing():
+                self._append([op])
+        else:  # the last subscription gone: its topic's messages are needed by nobody
+            self._purge(key.container, Outcome.ACKNOWLEDGED, [op])
+
+    def acknowledge(self, acks: Sequence[Ack]) -> None:
+        self._write((), (), acks)
+
+    def page_subscription(
+        self, key: SubscriptionKey, after: Cursor | None, limit: int
+    ) -> list[StoredMessage]:
+        found = self._positions(key)
+        if found is None:
+            return []
+        floors = found[1]
+        cursor = after or _FIRST
+        bound, mem, excl, purged, upd = self._snapshot(key.container, cursor, limit, floors)
+        db = [] if purged else self.db.page(key.container, cursor, limit, bound, excl, floors)
+        return merge_rows(db, mem, limit, upd)
+
+    def pending_count(self, key: SubscriptionKey) -> int:
+        found = self._positions(key)
+        if found is None:
+            return 0
+        floors = found[1]
+        with self._lock:
+            state = self._state
+            live = state.count_after(key.container, floors)
+            excl, purged = state.excluded(key.container), key.container in state.purged
+        return live + (0 if purged else self.db.count(key.container, excl, floors))
+
+    # ------------------------------------------------------------------ XA (write-through)
+    def _through(self, fn: Callable[[], T]) -> T:
+        """Checkpoint, then run database work with every writer held off."""
+        self._check_open()
+        with self._gate.exclusive():
+            self._checkpoint_locked()
+            return fn()
+
+    def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
+        check_messages(batch.adds, self.pg.max_message_bytes)
+        return self._through(lambda: self.pg.xa_prepare(xid, batch))
+
+    def xa_commit(self, xid: Xid) -> None:
+        self._through(lambda: self.pg.xa_commit(xid))
+
+    def xa_rollback(self, xid: Xid) -> None:
+        self._through(lambda: self.pg.xa_rollback(xid))
+
+    def xa_recover(self) -> list[PreparedTransaction]:
+        return self.pg.xa_recover()
+
+    # ------------------------------------------------------------------ maintenance
+    def cleanup(self) -> int:
+        """Checkpoint (eliding acknowledged topic messages), then clean the database."""
+        return self._through(self.pg.cleanup)
+
+    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
+        with self._lock:
+            state = self._state
+            mem = [m for m in state.adds.values() if 0 < m.expiration < now_ms]
+            removed, purged = list(state.removed), list(state.purged)
+        rows = mem + self.db.expired(now_ms, limit, removed, purged)
+        rows = sorted(rows, key=lambda m: (m.expiration, m.id))[:limit]
+        if remove and rows:
+            self._write((), [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows], ())
+        return rows
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            state = self._state
+            live = {c: n for c, n in state.live.items() if n}
+            removed, purged = list(state.removed), list(state.purged)
+            pending = state.pending_bytes
+        depths = self.db.depths(removed, purged)
+        for c, n in live.items():
+            depths[c] = depths.get(c, 0) + n
+        subs = {s.key: self.pending_count(s.key) for s in self.subscriptions()}
+        jstats = self.journal.stats()
+        ms = self._ckpt_ms
+        counters = {
+            **self._counters,
+            "last_checkpoint_ms": ms[-1] if ms else 0.0,
+            "avg_checkpoint_ms": sum(ms) / len(ms) if ms else 0.0,
+            "journal_bytes": float(jstats.bytes_on_disk),
+            "journal_fsyncs": float(jstats.fsyncs),
+            "journal_records": float(jstats.records_appended),
+            "pending_bytes": float(pending),
+            "last_id": float(self.pg._last_id),
+            "master": float(self.pg.locker.is_held()),
+        }
+        return StoreStats(destinations=depths, subscriptions=subs, counters=counters)
