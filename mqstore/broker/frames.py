@@ -170,6 +170,10 @@ class FrameParser:
             nul = buf.find(b"\x00", body_start)
             if nul == -1:
                 return None
+            if nul + 1 > self.limits.max_frame_size:
+                raise FrameError(
+                    f"frame larger than the limit of {self.limits.max_frame_size} bytes"
+                )
             body = bytes(buf[body_start:nul])
             del buf[: nul + 1]
         return Frame(command, headers, body)

@@ -125,9 +125,7 @@ def connect(
     listener: Collector | None = None,
 ) -> tuple[Any, Collector]:
     """A connected stomp.py client and its collector."""
-    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[
-        version
-    ]
+    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
     conn = cls([("127.0.0.1", port)], auto_content_length=False)
     col = listener or Collector()
     conn.set_listener("c", col)
