@@ -140,7 +140,7 @@ def test_prefetch_one_shares_work(broker: BrokerThread) -> None:
     def drain(c: Any, col: Any, sink: list[str]) -> None:
         seen = 0
         while len(slow) + len(fast) < 10 and time.monotonic() < deadline:
-            if not col.wait(lambda: len(col.messages) > seen, 0.05):
+            if not col.wait(lambda n=seen: len(col.messages) > n, 0.05):
                 continue
             m = col.messages[seen]
             seen += 1
