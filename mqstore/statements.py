@@ -40,7 +40,7 @@ class Statements:
     ack_subscription: TextClause
     #: Up to :limit topic message IDs every subscription (per priority) has acknowledged.
     cleanup_candidates: TextClause
-    #: Topic message IDs with no subscription left at all.
+    #: Visible topic message IDs with no subscription left at all (prepared rows stay).
     orphan_topic_ids: TextClause
     #: Expired visible messages, oldest first.
     expired: TextClause
@@ -112,7 +112,7 @@ def statements_for(prefix: str = "") -> Statements:
             "AND m.id <= s.upto WHERE m.xid IS NULL LIMIT :limit"
         ),
         orphan_topic_ids=sa.text(
-            f"SELECT id FROM {m} WHERE container = :container AND NOT EXISTS "
+            f"SELECT id FROM {m} WHERE container = :container AND xid IS NULL AND NOT EXISTS "
             f"(SELECT 1 FROM {a} WHERE container = :container) LIMIT :limit"
         ),
         expired=sa.text(
