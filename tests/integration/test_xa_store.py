@@ -1,0 +1,142 @@
+"""XA two-phase commit on ActiveMQ's XID columns (reference §6)."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from mqstore.errors import TransactionError
+from mqstore.store import Ack, Batch, PostgresStore, Removal, SubscriptionKey, Xid
+from tests.integration.conftest import StoreFactory, msg
+
+Q = "queue://xa"
+T = "topic://xa"
+SUB = SubscriptionKey(T, "client", "sub")
+XID = Xid(0x1234, b"global-tx-1", b"branch-7")
+
+
+def _seqs(rows: list) -> list[int]:  # type: ignore[type-arg]
+    return [r.msgid_seq for r in rows]
+
+
+def _xid_column(engine: Engine, table: str) -> list[str]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(sa.text(f"SELECT xid FROM {table} WHERE xid IS NOT NULL")).scalars()
+        )
+
+
+def test_xid_column_follows_activemqs_layout() -> None:
+    raw = base64.b64decode(XID.encode("-", last_ack=0x0102030405060708, priority=7))
+    assert raw[0:1] == b"-"
+    assert struct.unpack(">q", raw[1:9])[0] == 0x0102030405060708
+    assert raw[9] == 7
+    assert struct.unpack(">i", raw[10:14])[0] == 0x1234
+    assert struct.unpack(">h", raw[14:16])[0] == len(b"global-tx-1")
+    assert raw[16:] == b"global-tx-1branch-7"
+    assert Xid.decode(XID.encode("+")) == (XID, "+", 0, 0)
+    # Standard alphabet with padding, as Java's Base64 and printBase64Binary write it.
+    assert XID.encode("+") == base64.standard_b64encode(base64.b64decode(XID.encode("+"))).decode()
+
+
+def test_prepared_work_is_invisible_and_stored_with_xids(
+    store: PostgresStore, engine: Engine
+) -> None:
+    store.add_subscription(SUB)
+    [queued] = store.add([msg(Q, 1)])
+    [topic] = store.add([msg(T, 1)])
+    store.xa_prepare(
+        XID,
+        Batch(adds=[msg(Q, 2), msg(T, 2)], removes=[Removal(Q, queued)], acks=[Ack(SUB, topic)]),
+    )
+    assert store.page(Q, None, 10) == []  # the prepared removal hides the row too
+    assert store.count(Q) == 0
+    assert _seqs(store.page_subscription(SUB, None, 10)) == [1]
+    assert store.pending_count(SUB) == 1
+
+    msgs = sorted(Xid.decode(x)[1] for x in _xid_column(engine, "activemq_msgs"))
+    assert msgs == ["+", "+", "-"]
+    [ack_xid] = _xid_column(engine, "activemq_acks")
+    assert Xid.decode(ack_xid) == (XID, "-", topic, 0)  # new LAST_ACKED_ID inside the XID
+    assert store.get_subscription(SUB).last_acked_id < topic  # type: ignore[union-attr]
+
+
+def test_recover_after_restart_then_commit(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.add_subscription(SUB)
+    [queued] = store.add([msg(Q, 1)])
+    [topic] = store.add([msg(T, 1)])
+    store.xa_prepare(
+        XID, Batch(adds=[msg(Q, 2)], removes=[Removal(Q, queued)], acks=[Ack(SUB, topic)])
+    )
+    store.stop()
+
+    again = make_store()  # a new instance: only the tables remember
+    [prepared] = again.xa_recover()
+    assert prepared.xid == XID
+    assert [m.msgid_seq for m in prepared.adds] == [2]
+    assert [m.id for m in prepared.removes] == [queued]
+    assert prepared.acks == (Ack(SUB, topic, 0),)
+
+    [later] = again.add([msg(Q, 3)])  # committed after the prepare, before the commit
+    again.xa_commit(XID)
+    rows = again.page(Q, None, 10)
+    assert _seqs(rows) == [3, 2]  # the committed add moved to a fresh ID after `later`
+    assert rows[1].id > later > prepared.adds[0].id
+    assert again.page_subscription(SUB, None, 10) == []
+    assert again.get_subscription(SUB).last_acked_id == topic  # type: ignore[union-attr]
+    assert again.xa_recover() == []
+    with pytest.raises(TransactionError, match="no prepared XA transaction"):
+        again.xa_commit(XID)
+
+
+def test_rollback_undoes_everything(store: PostgresStore, engine: Engine) -> None:
+    store.add_subscription(SUB)
+    [queued] = store.add([msg(Q, 1)])
+    [topic] = store.add([msg(T, 1)])
+    store.xa_prepare(
+        XID,
+        Batch(adds=[msg(Q, 2), msg(T, 2)], removes=[Removal(Q, queued)], acks=[Ack(SUB, topic)]),
+    )
+    store.xa_rollback(XID)
+    assert _seqs(store.page(Q, None, 10)) == [1]
+    assert store.page(Q, None, 10)[0].id == queued
+    assert _seqs(store.page_subscription(SUB, None, 10)) == [1]
+    assert _xid_column(engine, "activemq_msgs") == []
+    assert _xid_column(engine, "activemq_acks") == []
+    assert store.xa_recover() == []
+    with engine.connect() as conn:
+        outcomes = conn.execute(
+            sa.text("SELECT msgid_seq, outcome FROM mqstore_history ORDER BY msgid_seq")
+        ).all()
+    assert [tuple(r) for r in outcomes] == [(2, "xa-rolled-back"), (2, "xa-rolled-back")]
+
+
+def test_prepare_twice_and_conflicting_removal_are_refused(store: PostgresStore) -> None:
+    [queued] = store.add([msg(Q, 1)])
+    store.xa_prepare(XID, Batch(removes=[Removal(Q, queued)]))
+    with pytest.raises(TransactionError, match="already prepared"):
+        store.xa_prepare(XID, Batch(adds=[msg(Q, 5)]))
+    other = Xid(1, b"other", b"")
+    with pytest.raises(TransactionError, match="already in another transaction"):
+        store.xa_prepare(other, Batch(adds=[msg(Q, 6)], removes=[Removal(Q, queued)]))
+    assert [p.xid for p in store.xa_recover()] == [XID]  # the failed prepare left nothing
+
+
+def test_prioritized_prepared_ack_carries_its_priority(
+    make_store: StoreFactory, engine: Engine
+) -> None:
+    store = make_store(prioritized=True)
+    store.add_subscription(SUB)
+    ids = store.add([msg(T, 1, priority=9), msg(T, 2, priority=3)])
+    store.xa_prepare(XID, Batch(acks=[Ack(SUB, ids[0], priority=9)]))
+    [ack_xid] = _xid_column(engine, "activemq_acks")
+    assert Xid.decode(ack_xid)[2:] == (ids[0], 9)
+    assert _seqs(store.page_subscription(SUB, None, 10)) == [1, 2]
+    store.xa_commit(XID)
+    assert _seqs(store.page_subscription(SUB, None, 10)) == [2]
+    assert _xid_column(engine, "activemq_acks") == []
