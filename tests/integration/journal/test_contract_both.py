@@ -1,0 +1,212 @@
+"""One set of store behaviours, run against PostgresStore and JournaledStore.
+
+The journaled store runs in two modes: everything left in the un-checkpointed window
+("journaled") and a checkpoint after every step ("checkpointed"), so reads are checked both
+from memory, from the database, and from a mix of the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from mqstore.errors import DuplicateMessageError, InvalidMessageError, MessageNotFoundError
+from mqstore.store import Ack, Batch, Outcome, Removal, Store, StoredMessage, SubscriptionKey, Xid
+from tests.integration.conftest import StoreFactory, msg
+from tests.integration.journal.conftest import JournaledFactory
+
+Q = "queue://orders"
+T = "topic://prices"
+
+
+@dataclass
+class Subject:
+    store: Store
+    settle: Callable[[], None]  # checkpoint (journaled, "checkpointed" mode) or nothing
+
+
+@pytest.fixture(params=["postgres", "journaled", "checkpointed"])
+def subject(
+    request: pytest.FixtureRequest, make_store: StoreFactory, make_journaled: JournaledFactory
+) -> Callable[..., Subject]:
+    def build(**kwargs: object) -> Subject:
+        if request.param == "postgres":
+            return Subject(make_store(**kwargs), lambda: None)
+        store = make_journaled(**kwargs)
+        if request.param == "checkpointed":
+            return Subject(store, lambda: None if store.checkpoint() else None)
+        return Subject(store, lambda: None)
+
+    return build
+
+
+def seqs(rows: list[StoredMessage]) -> list[int | None]:
+    return [r.msgid_seq for r in rows]
+
+
+def test_fifo_paging_counts_and_removal(subject: Callable[..., Subject]) -> None:
+    s = subject()
+    ids = s.store.add([msg(Q, i) for i in range(1, 11)])
+    assert ids == sorted(ids)
+    s.settle()
+    assert s.store.remove(Q, ids[:3]) == 3
+    assert s.store.remove(Q, ids[:3]) == 0
+    more = s.store.add([msg(Q, i) for i in range(11, 14)])
+    s.settle()
+    assert s.store.count(Q) == 10
+    seen: list[int | None] = []
+    cursor = None
+    while page := s.store.page(Q, cursor, 4):
+        seen += seqs(page)
+        cursor = page[-1].cursor
+    assert seen == list(range(4, 14))
+    assert s.store.remove(Q, [more[0], ids[5]]) == 2
+    assert seqs(s.store.page(Q, None, 100)) == [4, 5, 7, 8, 9, 10, 12, 13]
+    assert s.store.stats().destinations == {Q: 8}
+
+
+def test_prioritized_order_with_cursor(subject: Callable[..., Subject]) -> None:
+    s = subject(prioritized=True)
+    s.store.add([msg(Q, i, priority=i % 10) for i in range(1, 41)])
+    s.settle()
+    s.store.add([msg(Q, i, priority=i % 10) for i in range(41, 61)])
+    seen: list[int | None] = []
+    cursor = None
+    while page := s.store.page(Q, cursor, 7):
+        seen += seqs(page)
+        cursor = page[-1].cursor
+    assert seen == sorted(range(1, 61), key=lambda i: (-(i % 10), i))
+
+
+def test_find_get_update_purge_destinations(subject: Callable[..., Subject]) -> None:
+    s = subject()
+    ids = s.store.add([msg(Q, i) for i in range(1, 6)])
+    s.settle()
+    found = s.store.find("ID:test-1:1:1", 4)
+    assert found is not None and found.id == ids[3]
+    s.store.update(Q, ids[3], b"rewritten")
+    got = s.store.get(ids[3])
+    assert got is not None and got.msg == b"rewritten"
+    s.settle()
+    assert s.store.page(Q, None, 10)[3].msg == b"rewritten"
+    s.store.remove(Q, [ids[0]])
+    with pytest.raises(MessageNotFoundError):
+        s.store.update(Q, ids[0], b"gone")
+    assert s.store.get(ids[0]) is None
+    assert s.store.find("ID:test-1:1:1", 1) is None
+    assert s.store.destinations() == [Q]
+    assert s.store.purge(Q) == 4
+    s.settle()
+    assert s.store.count(Q) == 0 and s.store.page(Q, None, 10) == []
+    assert s.store.destinations() == []
+    s.store.add([msg(Q, 9)])
+    assert s.store.count(Q) == 1
+
+
+def test_duplicates_and_invalid_input(subject: Callable[..., Subject]) -> None:
+    s = subject()
+    [first] = s.store.add([msg(Q, 1)])
+    with pytest.raises(DuplicateMessageError, match="same JMS message id"):
+        s.store.add([msg(Q, 1)])
+    s.settle()
+    with pytest.raises(DuplicateMessageError, match="same JMS message id"):
+        s.store.commit(Batch(adds=[msg(Q, 2), msg(Q, 1)], removes=[Removal(Q, first)]))
+    assert seqs(s.store.page(Q, None, 10)) == [1]
+    with pytest.raises(InvalidMessageError, match="outside 0..9"):
+        s.store.add([msg(Q, 3, priority=10)])
+    with pytest.raises(InvalidMessageError, match="must start with"):
+        s.store.add([msg("orders", 3)])
+    s.store.remove(Q, [first])
+    s.store.add([msg(Q, 1)])  # removed, so the id is free again
+    assert s.store.count(Q) == 1
+
+
+def test_batch_commit_adds_removes_acks_atomically(subject: Callable[..., Subject]) -> None:
+    s = subject()
+    key = SubscriptionKey(T, "client", "sub")
+    s.store.add_subscription(key)
+    ids = s.store.add([msg(Q, 1), msg(Q, 2)])
+    tids = s.store.add([msg(T, 1), msg(T, 2)])
+    s.settle()
+    new = s.store.commit(
+        Batch(
+            adds=[msg(Q, 3)],
+            removes=[Removal(Q, ids[0], Outcome.DEAD_LETTERED)],
+            acks=[Ack(key, tids[0])],
+        )
+    )
+    assert len(new) == 1 and new[0] > tids[-1]
+    assert seqs(s.store.page(Q, None, 10)) == [2, 3]
+    assert s.store.pending_count(key) == 1
+
+
+def test_durable_subscription_acks_and_paging(subject: Callable[..., Subject]) -> None:
+    s = subject()
+    s.store.add([msg(T, 0)])  # before the subscription: never pending
+    a, b = SubscriptionKey(T, "c1", "a"), SubscriptionKey(T, "c2", "b")
+    sub = s.store.add_subscription(a, selector="x > 1")
+    assert s.store.add_subscription(a) == sub
+    s.store.add_subscription(b)
+    s.settle()
+    ids = s.store.add([msg(T, i) for i in range(1, 7)])
+    assert s.store.pending_count(a) == 6
+    assert seqs(s.store.page_subscription(a, None, 4)) == [1, 2, 3, 4]
+    s.store.acknowledge([Ack(a, ids[2])])
+    s.settle()
+    assert seqs(s.store.page_subscription(a, None, 10)) == [4, 5, 6]
+    got = s.store.get_subscription(a)
+    assert got is not None and got.last_acked_id == ids[2] and got.selector == "x > 1"
+    assert s.store.pending_count(a) == 3 and s.store.pending_count(b) == 6
+    assert [x.key for x in s.store.subscriptions(T)] == [a, b]
+    stats = s.store.stats()
+    assert stats.subscriptions == {a: 3, b: 6}
+    s.store.delete_subscription(a)
+    s.settle()
+    assert s.store.get_subscription(a) is None
+    assert s.store.page_subscription(a, None, 10) == []
+    assert s.store.cleanup() >= 0  # drops seq 0: no subscription ever needed it
+    assert s.store.count(T) == 6  # b still needs them
+    s.store.delete_subscription(b)
+    s.settle()
+    assert s.store.count(T) == 0 and s.store.subscriptions() == []
+
+
+def test_retroactive_and_prioritized_subscription(subject: Callable[..., Subject]) -> None:
+    s = subject(prioritized=True)
+    s.store.add([msg(T, 1, priority=1), msg(T, 2, priority=8)])
+    key = SubscriptionKey(T, "c", "retro")
+    s.store.add_subscription(key, retroactive=True)
+    s.settle()
+    ids = s.store.add([msg(T, 3, priority=8)])
+    assert seqs(s.store.page_subscription(key, None, 10)) == [2, 3, 1]
+    s.store.acknowledge([Ack(key, ids[0], priority=8)])
+    assert seqs(s.store.page_subscription(key, None, 10)) == [1]
+    assert s.store.pending_count(key) == 1
+
+
+def test_expiry_and_history(subject: Callable[..., Subject]) -> None:
+    s = subject()
+    s.store.add([msg(Q, 1, expiration=1000), msg(Q, 2), msg(Q, 3, expiration=2000)])
+    s.settle()
+    s.store.add([msg(Q, 4, expiration=1500)])
+    assert seqs(s.store.expire(now_ms=5000, limit=10, remove=False)) == [1, 4, 3]
+    assert seqs(s.store.expire(now_ms=5000, limit=2)) == [1, 4]
+    assert seqs(s.store.page(Q, None, 10)) == [2, 3]
+
+
+def test_xa_prepare_commit_rollback(subject: Callable[..., Subject]) -> None:
+    s = subject()
+    [kept] = s.store.add([msg(Q, 1)])
+    x1, x2 = Xid(1, b"g1", b"b"), Xid(1, b"g2", b"b")
+    s.store.xa_prepare(x1, Batch(adds=[msg(Q, 2)], removes=[Removal(Q, kept)]))
+    assert s.store.count(Q) == 0  # prepared removal hides the row, prepared add invisible
+    assert [p.xid for p in s.store.xa_recover()] == [x1]
+    s.store.add([msg(Q, 3)])
+    s.store.xa_commit(x1)
+    assert seqs(s.store.page(Q, None, 10)) == [3, 2]
+    s.store.xa_prepare(x2, Batch(adds=[msg(Q, 4)]))
+    s.store.xa_rollback(x2)
+    assert s.store.xa_recover() == []
+    assert seqs(s.store.page(Q, None, 10)) == [3, 2]
