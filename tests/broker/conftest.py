@@ -1,4 +1,8 @@
-"""Fixtures: a broker on a thread, over the in-memory store (and PostgreSQL when available)."""
+"""Fixtures: a broker on a thread over the in-memory store, and over PostgresStore.
+
+``broker`` and ``any_store`` are parametrized over both stores; the PostgreSQL variant
+uses the ``engine`` fixture of tests/conftest.py (a fresh migrated database per test).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import pytest
 
 from mqstore.broker import BrokerConfig, RedeliveryPolicy
 from mqstore.broker.memory_store import MemoryStore
+from mqstore.store.port import Store
 from tests.broker.harness import BrokerThread
 
 FAST = BrokerConfig(
@@ -25,8 +30,29 @@ def memory_store() -> Iterator[MemoryStore]:
     store.stop()
 
 
+@pytest.fixture(params=["memory", "postgres"])
+def any_store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """The in-memory store, then a PostgresStore on a fresh database."""
+    if request.param == "memory":
+        store: Store = MemoryStore()
+    else:
+        from mqstore.store.postgres import PostgresStore
+
+        store = PostgresStore(request.getfixturevalue("engine"), cleanup_interval_s=0)
+    store.start()
+    yield store
+    store.stop()
+
+
 @pytest.fixture
-def broker(memory_store: MemoryStore) -> Iterator[BrokerThread]:
+def broker(any_store: Store) -> Iterator[BrokerThread]:
+    bt = BrokerThread(any_store, FAST).start()
+    yield bt
+    bt.close()
+
+
+@pytest.fixture
+def mem_broker(memory_store: MemoryStore) -> Iterator[BrokerThread]:
     bt = BrokerThread(memory_store, FAST).start()
     yield bt
     bt.close()

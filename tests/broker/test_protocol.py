@@ -167,10 +167,10 @@ def test_auth(memory_store: MemoryStore, caplog: pytest.LogCaptureFixture) -> No
     assert "wrong-pass" not in caplog.text and "s3cret" not in caplog.text
 
 
-def test_duplicate_client_id_refused(broker: BrokerThread) -> None:
-    a, _ = connect(broker.port, client_id="same")
+def test_duplicate_client_id_refused(mem_broker: BrokerThread) -> None:
+    a, _ = connect(mem_broker.port, client_id="same")
     with pytest.raises(stomp.exception.ConnectFailedException):
-        connect(broker.port, client_id="same")
+        connect(mem_broker.port, client_id="same")
     a.disconnect()
 
 
@@ -211,14 +211,14 @@ def test_flow_control_timeout_error(memory_store: MemoryStore) -> None:
         bt.close()
 
 
-def test_sends_are_batched(broker: BrokerThread) -> None:
-    conns = [connect(broker.port) for _ in range(4)]
+def test_sends_are_batched(mem_broker: BrokerThread) -> None:
+    conns = [connect(mem_broker.port) for _ in range(4)]
     for c, _ in conns:
         for i in range(100):
             c.send("/queue/batch", str(i), headers=P, receipt=str(i))
     for _, col in conns:
         assert col.wait(lambda col=col: len(col.receipts) == 100)
-    store = broker.store
+    store = mem_broker.store
     assert isinstance(store, MemoryStore)
     assert store.count("queue://batch") == 400
     assert store.calls["commit"] < 400
