@@ -97,7 +97,7 @@ def read_history(
     main = read_ranged(spark, src, "MQSTORE_HISTORY", "hist_id", after=watermark, upto=hi)
     main = main.select(*HISTORY_COLUMNS)
     if watermark is not None and hi is not None:
-        floor = max(watermark - window, 0)
+        floor = watermark - window
         candidates = read_query(
             spark,
             src,

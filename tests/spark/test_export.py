@@ -1,0 +1,251 @@
+"""Export of a real ActiveMQ 5.17 database to Parquet: decoding, increments, re-runs, crashes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from mqstore.openwire import encode, text_message
+from spark_etl import export as export_mod
+from spark_etl.export import export, load_watermarks
+from tests.spark.conftest import dsn_of, execute, fetch
+
+Q, T = "queue://FIXTURE.Q", "topic://FIXTURE.T"
+STOMP, OW = "ID:vm-43775-1795306854999-3", "ID:vm-38831-1795306860829-1"
+# EXPECTED.md, one tuple per ACTIVEMQ_MSGS row:
+# (id, container, JMSMessageID, kind, JMSPriority, expiration, correlation, type, properties,
+#  text body, content bytes as hex)
+FIXTURE_ROWS: list[tuple[Any, ...]] = [
+    (1, Q, f"{STOMP}:4:-1:1:1", "text", 0, 0, None, None,
+     {"fixture_tag": "S1", "num_as_str": "17", "str_prop": "alpha"}, "stomp text p0",
+     "0000000d73746f6d702074657874207030"),
+    (2, Q, f"{STOMP}:4:-1:1:2", "text", 4, 0, None, None,
+     {"fixture_tag": "S2", "flag": "true", "str_prop": "beta"}, "stomp text p4",
+     "0000000d73746f6d702074657874207034"),
+    (3, Q, f"{STOMP}:4:-1:1:3", "text", 9, 0, None, None,
+     {"fixture_tag": "S3", "str_prop": "gamma"}, "stomp text p9",
+     "0000000d73746f6d702074657874207039"),
+    (4, Q, f"{STOMP}:4:-1:1:4", "text", 4, 2110666859005, "corr-stomp-0001",
+     "fixture.type.stomp", {"fixture_tag": "S4"}, "stomp text p4 corr/type/expires",
+     "0000001f73746f6d70207465787420703420636f72722f747970652f65787069726573"),
+    (5, Q, f"{STOMP}:4:-1:1:5", "text", 4, 0, None, None, {"fixture_tag": "S5"},
+     "utf8 text: héllo ✓", "000000157574663820746578743a2068c3a96c6c6f20e29c93"),
+    (6, Q, f"{STOMP}:4:-1:1:6", "bytes", 4, 0, None, None,
+     {"fixture_tag": "S6", "kind": "bytes"}, None, "00102030405060708090a0b0c0d0e0f000ff"),
+    *[
+        (6 + n, T, f"{STOMP}:5:-1:1:{n}", "text", 4, 0, None, None,
+         {"fixture_tag": f"T{n}", "seq": str(n)}, f"topic msg {n}",
+         "0000000b746f706963206d7367203" + str(n))
+        for n in range(1, 6)
+    ],
+    (12, Q, f"{OW}:1:1:1:1", "text", 0, 0, None, None,
+     {"bool_prop": "true", "double_prop": "2.5", "int_prop": "42",
+      "long_prop": "1234567890123", "str_prop": "hello world"}, "ow text p0 typed props",
+     "000000166f7720746578742070302074797065642070726f7073"),
+    (13, Q, f"{OW}:1:1:1:2", "text", 4, 0, None, None, {"int_prop": "-7"},
+     "ow text p4 default", "000000126f7720746578742070342064656661756c74"),
+    (14, Q, f"{OW}:1:1:1:3", "text", 9, 2110666861286, "corr-ow-0001", "fixture.type.ow",
+     {"bool_prop": "false"}, "ow text p9 corr/type/ttl",
+     "000000186f77207465787420703920636f72722f747970652f74746c"),
+    (15, Q, f"{OW}:1:1:1:4", "bytes", 4, 0, None, None, {"kind": "bytes"}, None,
+     "00112233445566778899aabbccddeeff"),
+    (16, Q, f"{OW}:1:1:1:5", "map", 4, 0, None, None, {}, None,
+     "00000006000162010100017309000a6d617020737472696e6700016407400c000000000000000169050000"
+     "002a00037261770a0000000301020300016c060020000000000001"),
+    (17, Q, f"{OW}:1:1:1:6", "stream", 4, 0, None, None, {}, None,
+     "09000d73747265616d20737472696e6705000000070100"),
+]  # fmt: skip
+
+
+def _messages(spark: Any, out: Path) -> dict[int, dict[str, Any]]:
+    rows = spark.read.parquet(str(out / "messages")).collect()
+    by_id = {int(r["id"]): r.asDict() for r in rows}
+    assert len(by_id) == len(rows), "duplicate ids in the export"
+    return by_id
+
+
+def _history(spark: Any, out: Path) -> list[dict[str, Any]]:
+    if not (out / "history").exists():
+        return []
+    return [r.asDict() for r in spark.read.parquet(str(out / "history")).orderBy("id").collect()]
+
+
+def _files(out: Path) -> set[str]:
+    return {str(p.relative_to(out)) for p in (out / "messages").rglob("*.parquet")} | {
+        str(p.relative_to(out)) for p in out.glob("history/**/*.parquet")
+    }
+
+
+def test_fixture_export_decodes_every_row_and_rerun_changes_nothing(
+    spark: Any, activemq_engine: Engine, tmp_path: Path
+) -> None:
+    result = export(spark, dsn_of(activemq_engine), tmp_path)
+    assert result.messages == {Q: 12, T: 5}
+    assert result.history == {}
+    got = _messages(spark, tmp_path)
+    assert sorted(got) == list(range(1, 18))
+    for row_id, dest, jms_id, kind, prio, exp, corr, typ, props, text, content in FIXTURE_ROWS:
+        row = got[row_id]
+        assert row["decode_error"] is None
+        assert row["destination"] == dest
+        assert row["jms_message_id"] == jms_id
+        assert row["msgid_prod"] + ":" + str(row["msgid_seq"]) == jms_id
+        assert row["kind"] == kind
+        assert row["priority"] == prio
+        assert row["store_priority"] == 0
+        assert row["expiration"] == exp
+        assert (row["correlation_id"], row["type"]) == (corr, typ)
+        assert row["properties"] == props
+        assert row["text"] == text
+        assert row["body_size"] == len(bytes.fromhex(content))
+        assert row["persistent"] is True
+        assert row["redelivery_counter"] == 0
+        assert row["original_destination"] is None
+        assert str(row["date"]) == "2026-11-22"
+        assert bytes(row["msg"])[:5].hex() in {"00000121" + "1c"} or len(row["msg"]) > 200
+    marks = load_watermarks(tmp_path)
+    assert marks["msgs_max_id"] == 17
+    assert marks["history_source"] == "snapshot-diff"
+    files = _files(tmp_path)
+
+    again = export(spark, dsn_of(activemq_engine), tmp_path)
+    assert again.messages == {} and again.history == {}
+    assert _files(tmp_path) == files
+    assert len(_messages(spark, tmp_path)) == 17
+    assert not list((tmp_path / "_staging").iterdir())
+
+
+def _copy_fixture(source: Engine, target: Engine) -> None:
+    """The fixture's MSGS and ACKS rows into a database migrated by mqstore."""
+    msgs = fetch(source, "SELECT * FROM activemq_msgs ORDER BY id")
+    acks = fetch(source, "SELECT * FROM activemq_acks")
+    execute(
+        target,
+        "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
+        " priority, xid) VALUES (:id, :container, :msgid_prod, :msgid_seq, :expiration, :msg,"
+        " :priority, :xid)",
+        [r._asdict() for r in msgs],
+    )
+    execute(
+        target,
+        "INSERT INTO activemq_acks VALUES (:container, :sub_dest, :client_id, :sub_name,"
+        " :selector, :last_acked_id, :priority, :xid)",
+        [r._asdict() for r in acks],
+    )
+
+
+def _add(engine: Engine, row_id: int, seq: int) -> None:
+    msg = text_message(
+        f"new {seq}",
+        destination=Q,
+        producer_id="ID:test-1-2-3:1:1",
+        sequence=seq,
+        broker_sequence_id=row_id,
+        timestamp=1795400000000 + seq,
+        properties={"n": seq},
+    )
+    execute(
+        engine,
+        "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
+        " priority) VALUES (:id, :c, :p, :s, 0, :m, 0)",
+        {"id": row_id, "c": Q, "p": msg.msgid_prod, "s": seq, "m": encode(msg)},
+    )
+
+
+def _remove(engine: Engine, row_id: int, hist_id: int | None = None) -> None:
+    """Delete a message and record it as acknowledged, as the store does (optionally late)."""
+    override = "OVERRIDING SYSTEM VALUE" if hist_id is not None else ""
+    cols = "hist_id, " if hist_id is not None else ""
+    vals = f"{hist_id}, " if hist_id is not None else ""
+    execute(
+        engine,
+        f"WITH gone AS (DELETE FROM activemq_msgs WHERE id = {row_id} RETURNING *) "
+        f"INSERT INTO mqstore_history ({cols}id, container, msgid_prod, msgid_seq, priority,"
+        " expiration, enqueued_at, removed_at, outcome, msg) "
+        f"{override} SELECT {vals}id, container, msgid_prod, msgid_seq, priority, expiration,"
+        " 1795306859000, 1795400000000, 'acknowledged', msg FROM gone",
+    )
+
+
+def test_incremental_export_adds_new_rows_history_and_late_commits(
+    spark: Any, activemq_engine: Engine, engine: Engine, tmp_path: Path
+) -> None:
+    _copy_fixture(activemq_engine, engine)
+    dsn = dsn_of(engine)
+    first = export(spark, dsn, tmp_path)
+    assert first.message_rows == 17 and first.history_rows == 0
+
+    # hist_id 1 is taken by a transaction that commits only later (see below).
+    execute(engine, "SELECT nextval(pg_get_serial_sequence('mqstore_history', 'hist_id'))")
+    _add(engine, 18, 1)
+    _add(engine, 20, 3)
+    _remove(engine, 1)
+    _remove(engine, 2)
+    second = export(spark, dsn, tmp_path)
+    assert second.messages == {Q: 2}
+    assert second.history == {Q: 2}
+    assert load_watermarks(tmp_path)["history_source"] == "mqstore_history"
+    hist = _history(spark, tmp_path)
+    assert [(h["id"], h["outcome"]) for h in hist] == [(1, "acknowledged"), (2, "acknowledged")]
+    assert all(h["hist_id"] is not None and h["msg"] for h in hist)
+
+    # Commits that become visible below the watermarks: message 19, history row hist_id 1.
+    _add(engine, 19, 2)
+    _remove(engine, 3, hist_id=1)
+    third = export(spark, dsn, tmp_path)
+    assert third.messages == {Q: 1}
+    assert third.history == {Q: 1}
+    got = _messages(spark, tmp_path)
+    assert sorted(got) == list(range(1, 21))
+    assert got[19]["text"] == "new 2" and got[19]["properties"] == {"n": "2"}
+    assert [h["id"] for h in _history(spark, tmp_path)] == [1, 2, 3]
+
+    fourth = export(spark, dsn, tmp_path)
+    assert fourth.message_rows == 0 and fourth.history_rows == 0
+    assert len(_messages(spark, tmp_path)) == 20
+    current = export_mod.current_messages(spark, tmp_path)
+    assert sorted(r["id"] for r in current.select("id").collect()) == list(range(4, 21))
+
+
+def test_plain_activemq_removals_come_from_snapshot_diff(
+    spark: Any, activemq_engine: Engine, tmp_path: Path
+) -> None:
+    dsn = dsn_of(activemq_engine)
+    export(spark, dsn, tmp_path)
+    execute(activemq_engine, "DELETE FROM activemq_msgs WHERE id IN (1, 7)")
+    second = export(spark, dsn, tmp_path, now_ms=1795400000000)
+    assert second.messages == {}
+    assert second.history == {Q: 1, T: 1}
+    hist = _history(spark, tmp_path)
+    assert [(h["id"], h["destination"], h["outcome"]) for h in hist] == [
+        (1, Q, "removed"),
+        (7, T, "removed"),
+    ]
+    assert {h["removed_at"] for h in hist} == {1795400000000}
+    assert {h["msgid_seq"] for h in hist} == {1}
+    third = export(spark, dsn, tmp_path)
+    assert third.history_rows == 0 and third.message_rows == 0
+
+
+def test_crash_before_watermarks_is_undone_by_the_next_run(
+    spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = dsn_of(activemq_engine)
+
+    def crash(*_args: Any) -> None:
+        raise RuntimeError("killed before the watermarks were written")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(export_mod, "_write_watermarks", crash)
+        with pytest.raises(RuntimeError):
+            export(spark, dsn, tmp_path)
+    assert len(list((tmp_path / "messages").rglob("*.parquet"))) == 2  # moved, not committed
+    assert load_watermarks(tmp_path) == {}
+
+    result = export(spark, dsn, tmp_path)
+    assert result.messages == {Q: 12, T: 5}
+    assert len(_messages(spark, tmp_path)) == 17
+    assert len(list((tmp_path / "_snapshots").iterdir())) == 1
