@@ -37,6 +37,7 @@ class MemoryStore:
         self._prioritized = prioritized
         self._lock = threading.RLock()
         self._msgs: dict[int, StoredMessage] = {}
+        self._keys: set[tuple[str, str, int]] = set()
         self._subs: dict[SubscriptionKey, Subscription] = {}
         self._xa: dict[Xid, Batch] = {}
         self._next_id = 1
@@ -59,14 +60,17 @@ class MemoryStore:
     def prioritized(self) -> bool:
         return self._prioritized
 
-    def _add(self, messages: Sequence[NewMessage]) -> list[int]:
-        seen = {(m.container, m.msgid_prod, m.msgid_seq) for m in self._msgs.values()}
-        ids: list[int] = []
+    def _check(self, messages: Sequence[NewMessage]) -> None:
+        batch: set[tuple[str, str, int]] = set()
         for m in messages:
             key = (m.container, m.msgid_prod, m.msgid_seq)
-            if key in seen:
+            if key in self._keys or key in batch:
                 raise DuplicateMessageError(f"message {m.msgid_prod}:{m.msgid_seq} already stored")
-            seen.add(key)
+            batch.add(key)
+
+    def _add(self, messages: Sequence[NewMessage]) -> list[int]:
+        self._check(messages)
+        ids: list[int] = []
         for m in messages:
             ident = self._next_id
             self._next_id += 1
@@ -74,6 +78,7 @@ class MemoryStore:
             self._msgs[ident] = StoredMessage(
                 ident, m.container, m.msgid_prod, m.msgid_seq, m.expiration, prio, m.msg
             )
+            self._keys.add((m.container, m.msgid_prod, m.msgid_seq))
             ids.append(ident)
         return ids
 
@@ -88,6 +93,7 @@ class MemoryStore:
             row = self._msgs.get(r.id)
             if row is not None and row.container == r.container:
                 del self._msgs[r.id]
+                self._keys.discard((row.container, row.msgid_prod or "", row.msgid_seq or 0))
                 self.history.append((r.id, r.outcome or Outcome.ACKNOWLEDGED))
                 n += 1
         return n
@@ -102,15 +108,10 @@ class MemoryStore:
     def commit(self, batch: Batch) -> list[int]:
         with self._lock:
             self._count("commit")
-            saved = dict(self._msgs), dict(self._subs), self._next_id, len(self.history)
-            try:
-                ids = self._add(batch.adds)
-                self._remove(batch.removes)
-                self._ack(batch.acks)
-            except Exception:
-                self._msgs, self._subs, self._next_id = saved[0], saved[1], saved[2]
-                del self.history[saved[3] :]
-                raise
+            self._check(batch.adds)  # the only failure: checked before anything changes
+            ids = self._add(batch.adds)
+            self._remove(batch.removes)
+            self._ack(batch.acks)
             return ids
 
     def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
@@ -260,7 +261,8 @@ class MemoryStore:
             if all(s.last_acked_id >= r.id for s in subs):
                 doomed.append(r.id)
         for ident in doomed:
-            del self._msgs[ident]
+            row = self._msgs.pop(ident)
+            self._keys.discard((row.container, row.msgid_prod or "", row.msgid_seq or 0))
         return len(doomed)
 
     def cleanup(self) -> int:
