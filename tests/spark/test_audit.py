@@ -1,0 +1,179 @@
+"""Audit figures on the ActiveMQ fixture equal hand-computed ones; the HTML report renders."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from sqlalchemy.engine import Engine
+from typer.testing import CliRunner
+
+from spark_etl import cli
+from spark_etl.audit import Thresholds, audit
+from tests.spark.conftest import dsn_of, execute
+
+NOW = 1795310000000  # an hour after the fixture was written; before any EXPIRATION
+Q, T = "queue://FIXTURE.Q", "topic://FIXTURE.T"
+
+
+def test_fixture_figures(spark: Any, activemq_engine: Engine, tmp_path: Path) -> None:
+    report = audit(spark, dsn_of(activemq_engine), tmp_path, now_ms=NOW)
+    depth = {d["destination"]: d["depth"] for d in report["destinations"]}
+    assert depth == {Q: 12, T: 5}
+    oldest = {d["destination"]: d["oldest_timestamp"] for d in report["destinations"]}
+    assert oldest == {Q: 1795306859007, T: 1795306859779}
+    assert sum(report["destinations"][0][f"age{b}"] for b in report["age_buckets"]) == 12
+    subs = {s["sub_name"]: s for s in report["subscriptions"]}
+    assert (subs["subA"]["backlog"], subs["subA"]["first_pending_id"]) == (2, 10)  # T4, T5
+    assert (subs["subB"]["backlog"], subs["subB"]["first_pending_id"]) == (5, 7)  # T1..T5
+    assert subs["subA"]["oldest_pending_age_ms"] == NOW - 1795306859802  # T4's timestamp
+    assert subs["subB"]["oldest_pending_age_ms"] == NOW - 1795306859779  # T1's timestamp
+    assert report["lock"] == {
+        "present": True,
+        "holder": None,
+        "lease_time": 0,
+        "lease_age_ms": None,
+    }
+    assert report["counts"] == {
+        "messages": 17,
+        "expired": 0,
+        "in_doubt": 0,
+        "orphan_subscriptions": 0,
+        "duplicate_message_ids": 0,
+        "undecodable": 0,
+    }
+    assert report["history_per_hour"] == []
+    assert report["violations"] == []
+    on_disk = json.loads((tmp_path / "audit.json").read_text())
+    assert on_disk["subscriptions"] == json.loads(json.dumps(report["subscriptions"]))
+    assert (tmp_path / "audit.html").stat().st_size > 1000
+
+
+def _break_things(engine: Engine) -> None:
+    """Add one of every anomaly the audit looks for."""
+    execute(
+        engine,
+        "INSERT INTO activemq_msgs VALUES (30, 'queue://BROKEN', 'ID:x-1-2-3:1:1', 1, 0,"
+        " '\\x000000051c01020304'::bytea, 0, NULL)",
+    )
+    for new_id, old_id, container, expiration, xid in (
+        (31, 2, "queue://DUP.Q", 1, None),
+        (32, 3, "queue://DUP.Q", 0, "XID:1:abcd:ef"),
+    ):
+        execute(
+            engine,
+            "INSERT INTO activemq_msgs SELECT :n, :c, msgid_prod, msgid_seq, :e, msg, priority, :x"
+            " FROM activemq_msgs WHERE id = :o",
+            {"n": new_id, "c": container, "e": expiration, "x": xid, "o": old_id},
+        )
+    execute(
+        engine,
+        "INSERT INTO activemq_acks VALUES ('topic://EMPTY.T', 'topic://EMPTY.T', 'c', 's',"
+        " NULL, 0, 0, NULL)",
+    )
+    execute(engine, f"UPDATE activemq_lock SET broker_name = 'brk-a', time = {NOW + 5000}")
+
+
+def test_anomalies_and_thresholds(spark: Any, activemq_engine: Engine, tmp_path: Path) -> None:
+    _break_things(activemq_engine)
+    limits = Thresholds(max_undecodable=0, max_backlog=4, max_depth=20)
+    report = audit(spark, dsn_of(activemq_engine), tmp_path, thresholds=limits, now_ms=NOW)
+    assert report["counts"] == {
+        "messages": 20,
+        "expired": 1,
+        "in_doubt": 1,
+        "orphan_subscriptions": 1,
+        "duplicate_message_ids": 2,
+        "undecodable": 1,
+    }
+    assert [e["id"] for e in report["expired"]] == [31]
+    assert report["in_doubt"][0] == {
+        "table": "msgs",
+        "destination": "queue://DUP.Q",
+        "xid": "XID:1:abcd:ef",
+        "id": 32,
+    }
+    assert report["orphan_subscriptions"] == [
+        {"container": "topic://EMPTY.T", "client_id": "c", "sub_name": "s"}
+    ]
+    assert [d["ids"] for d in report["duplicate_message_ids"]] == [[2, 31], [3, 32]]
+    assert report["undecodable"][0]["id"] == 30
+    assert "offset" in report["undecodable"][0]["decode_error"]
+    assert report["lock"]["holder"] == "brk-a"
+    assert report["lock"]["lease_age_ms"] == -5000
+    subs = {s["sub_name"]: s["backlog"] for s in report["subscriptions"]}
+    assert subs == {"subA": 2, "subB": 5, "s": 0}  # the in-doubt row is not deliverable
+    assert report["violations"] == [
+        "backlog of topic://FIXTURE.T fix-sub-b/subB: 5 > 4",
+        "undecodable messages: 1 > 0",
+    ]
+
+
+class _KeepAlive:
+    """The shared session, minus ``stop()`` (the CLI stops its session when done)."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spark, name)
+
+    def stop(self) -> None:
+        pass
+
+
+def test_cli_exit_codes_and_summary(
+    spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "_session", lambda _master: _KeepAlive(spark))
+    app = typer.Typer()
+    cli.register(app)
+    runner = CliRunner()
+    env = {"MQSTORE_DSN": dsn_of(activemq_engine), "MQSTORE_TABLE_PREFIX": ""}
+    ok = runner.invoke(app, ["audit", "--out", str(tmp_path / "a")], env=env)
+    assert ok.exit_code == 0, ok.output
+    crossed = runner.invoke(
+        app, ["audit", "--out", str(tmp_path / "b"), "--max-depth", "10"], env=env
+    )
+    assert crossed.exit_code == cli.EXIT_THRESHOLD
+    assert "depth of queue://FIXTURE.Q: 12 > 10" in crossed.output
+    exported = runner.invoke(app, ["export", "--out", str(tmp_path / "x")], env=env)
+    assert exported.exit_code == 0, exported.output
+    assert "queue://FIXTURE.Q" in exported.output and "17" in exported.output
+    bad = runner.invoke(app, ["export", "--out", str(tmp_path / "y"), "--dsn", "mysql://h/db"])
+    assert bad.exit_code == 1 and "invalid DSN" in bad.output
+
+
+def test_html_report_renders_in_headless_chromium(
+    spark: Any, activemq_engine: Engine, tmp_path: Path
+) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    _break_things(activemq_engine)
+    audit(spark, dsn_of(activemq_engine), tmp_path, now_ms=NOW)
+    page = tmp_path / "audit.html"
+    source = page.read_text()
+    assert "<script" not in source and "http://" not in source.replace(
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    )
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert dom.count("<svg") == 4
+    assert dom.count("<rect") >= 10
+    for title in ("Depth per destination", "Age distribution per destination", "Backlog per"):
+        assert title in dom
+    shot = tmp_path / "audit.png"
+    subprocess.run(
+        [browser, *flags, f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri()],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert shot.stat().st_size > 10_000

@@ -1,0 +1,69 @@
+"""Pure parts of spark_etl: DSN translation, jar lookup, per-row decoding, SVG charts, CLI."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from spark_etl import cli, session
+from spark_etl.decode import decode_msg
+from spark_etl.report_html import bar_chart
+from spark_etl.sources import SourceError, jdbc_source
+
+
+def test_jdbc_url_from_dsn() -> None:
+    src = jdbc_source("postgresql+psycopg://app:s%40cret@db.example:6543/broker?sslmode=require")
+    assert src.url == "jdbc:postgresql://db.example:6543/broker?sslmode=require"
+    assert src.properties == {"user": "app", "password": "s@cret"}
+    assert src.table("ACTIVEMQ_MSGS") == "activemq_msgs"
+    assert jdbc_source("postgres://u@h/d", "BRK1_").table("ACTIVEMQ_ACKS") == "brk1_activemq_acks"
+    assert jdbc_source("postgresql://u@h/d").options()["fetchsize"] == "10000"
+
+
+@pytest.mark.parametrize(
+    "dsn", ["postgresql://u@/db?host=/var/run/postgresql", "postgresql:///db", "mysql://h/db"]
+)
+def test_unusable_dsns_are_refused_with_the_fix(dsn: str) -> None:
+    with pytest.raises(SourceError, match=r"TCP host|invalid DSN"):
+        jdbc_source(dsn)
+
+
+def test_jar_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jar = tmp_path / "pg.jar"
+    jar.write_bytes(b"PK")
+    monkeypatch.setenv("MQSTORE_JDBC_JAR", str(jar))
+    assert session.find_jdbc_jar() == str(jar)
+    monkeypatch.setenv("MQSTORE_JDBC_JAR", str(tmp_path / "missing.jar"))
+    with pytest.raises(session.JdbcJarMissingError, match=r"missing\.jar"):
+        session.find_jdbc_jar()
+    monkeypatch.delenv("MQSTORE_JDBC_JAR")
+    monkeypatch.setattr(session, "DEBIAN_JAR", str(tmp_path / "nope.jar"))
+    with pytest.raises(session.JdbcJarMissingError, match="libpostgresql-jdbc-java"):
+        session.find_jdbc_jar()
+
+
+def test_bad_msg_gives_decode_error_not_an_exception() -> None:
+    row = decode_msg(b"\x00\x00\x00\x05\x1c\x01")
+    assert row["decode_error"] and row["kind"] is None
+    assert decode_msg(None) == dict.fromkeys(row)
+
+
+def test_bar_chart_is_plain_svg() -> None:
+    svg = bar_chart("t", ["a", "b"], {"x": [1, 3], "y": [2, 0]})
+    assert svg.startswith("<svg") and svg.count("<rect") == 3 + 2  # 3 bars + 2 legend keys
+    assert "no data" in bar_chart("t", [], {"x": []})
+
+
+def test_commands_register_and_explain_missing_pyspark(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = typer.Typer()
+    cli.register(app)
+    runner = CliRunner()
+    assert "--table-prefix" in runner.invoke(app, ["export", "--help"]).output
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    result = runner.invoke(app, ["audit", "--out", "x", "--dsn", "postgresql://u@h/d"])
+    assert result.exit_code == 1
+    assert "pip install 'mqstore[spark]'" in result.output
