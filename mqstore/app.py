@@ -14,7 +14,8 @@ from sqlalchemy.engine import Engine
 
 from mqstore import db
 from mqstore.embedded import EmbeddedPostgres
-from mqstore.lock import LeaseLocker, Locker, NoLocker, RowLocker
+from mqstore.errors import ConfigError
+from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
 from mqstore.schema import build_schema
 from mqstore.settings import Settings
 from mqstore.store import PostgresStore, Store
@@ -54,10 +55,20 @@ def open_database(settings: Settings) -> Iterator[Database]:
 
 
 def build_locker(settings: Settings, engine: Engine) -> Locker:
-    """The master lock the settings ask for."""
+    """The master lock the settings ask for.
+
+    With the journal on, the lease is held exclusively (a journaled broker never waits as a
+    standby) and the row lock, which exists only to pair with ActiveMQ standbys, is refused.
+    """
     schema = build_schema(settings.table_prefix)
+    if settings.journal and settings.lock == "row":
+        raise ConfigError(
+            "the row lock pairs this broker with ActiveMQ standbys, which a local journal "
+            "cannot serve (a standby would see a stale database): use --no-journal with "
+            "--lock row, or keep the journal with --lock lease or --lock none"
+        )
     if settings.lock == "lease":
-        return LeaseLocker(
+        lease = LeaseLocker(
             engine,
             schema,
             settings.broker_name,
@@ -65,6 +76,7 @@ def build_locker(settings: Settings, engine: Engine) -> Locker:
             renew_ms=settings.renew_ms,
             max_clock_diff_ms=settings.lock_max_clock_diff_ms,
         )
+        return ExclusiveLease(lease) if settings.journal else lease
     if settings.lock == "row":
         return RowLocker(engine, schema, settings.broker_name, renew_ms=settings.renew_ms)
     return NoLocker()
@@ -92,7 +104,7 @@ def build_store(settings: Settings, engine: Engine, locker: Locker | None = None
         segment_size=settings.journal_segment_mb * 1024 * 1024,
         checkpoint_interval_ms=settings.checkpoint_interval_ms,
         max_pending_bytes=settings.checkpoint_max_pending_mb * 1024 * 1024,
-        shared_lock=settings.lock != "none",
+        shared_lock=False,  # build_locker made the lease exclusive for a journaled store
     )
 
 

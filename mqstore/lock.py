@@ -305,3 +305,45 @@ class NoLocker:
 
     def release(self) -> None:
         return None
+
+
+class ExclusiveLease:
+    """A lease taken without ever waiting as a standby, for a journaled broker.
+
+    A journaled master keeps recent work in its local journal until a checkpoint, so a
+    standby taking over the lease would serve a stale database. The journaled broker still
+    takes ActiveMQ's lease (so nothing else writes while it runs), but refuses to start when
+    another broker holds it instead of queueing behind it.
+    """
+
+    def __init__(self, lease: LeaseLocker) -> None:
+        self.lease = lease
+        self.holder = lease.holder
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.lease.renew_interval_s
+
+    def acquire(self, stop: threading.Event) -> bool:
+        if self.lease.try_acquire():
+            log.info(
+                "holding the lease on %s exclusively (journaled broker)",
+                self.lease.schema.lock.name,
+            )
+            return True
+        with self.lease.engine.connect() as conn:
+            status = read_lock(conn, self.lease.schema)
+        raise LockError(
+            f"the lock {self.lease.schema.lock.name} is {status.describe()}; a broker with a "
+            "local journal never waits as a standby (it would take over a stale database). "
+            "Stop the other broker, or run this one with --no-journal to be its standby."
+        )
+
+    def keep_alive(self) -> bool:
+        return self.lease.keep_alive()
+
+    def is_held(self) -> bool:
+        return self.lease.is_held()
+
+    def release(self) -> None:
+        self.lease.release()
