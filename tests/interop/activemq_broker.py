@@ -53,7 +53,7 @@ JAVA_FLAGS = [
 ]
 
 
-class ActiveMQMissing(RuntimeError):
+class ActiveMQMissingError(RuntimeError):
     """The ActiveMQ package (or Java, or a jar it needs) is not installed."""
 
 
@@ -75,7 +75,7 @@ def jdbc_url(dsn: str) -> tuple[str, str, str]:
     """(JDBC URL, user, password) for a TCP ``postgresql://`` DSN."""
     parts = urlsplit(dsn.replace("+psycopg", ""))
     if not parts.hostname or parts.hostname.startswith("/"):
-        raise ActiveMQMissing(
+        raise ActiveMQMissingError(
             f"ActiveMQ's JDBC driver needs a TCP PostgreSQL; got {dsn!r} (set MQSTORE_TEST_DSN "
             "to a postgresql://user@127.0.0.1:5432/db server)"
         )
@@ -116,8 +116,9 @@ def render_xml(cfg: ActiveMQConfig, data_dir: Path) -> str:
             if cfg.prefix
             else ""
         )
+        create = str(cfg.create_tables).lower()
         persistence = f"""
-      <jdbcPersistenceAdapter dataSource="#pg-ds" createTablesOnStartup="{str(cfg.create_tables).lower()}"
+      <jdbcPersistenceAdapter dataSource="#pg-ds" createTablesOnStartup="{create}"
                               lockKeepAlivePeriod="{cfg.renew_ms}">
         <locker><lease-database-locker lockAcquireSleepInterval="{cfg.lease_ms}"/></locker>
         {statements}
@@ -164,7 +165,7 @@ class ActiveMQBroker:
     def __init__(self, cfg: ActiveMQConfig, base: Path) -> None:
         missing = missing_parts()
         if missing:
-            raise ActiveMQMissing(
+            raise ActiveMQMissingError(
                 f"cannot run ActiveMQ: missing {', '.join(missing)}; install with "
                 f"`apt-get install -y --no-install-recommends {PACKAGES}`"
             )
