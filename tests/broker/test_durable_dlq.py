@@ -167,3 +167,42 @@ def test_browse_queue(broker: BrokerThread) -> None:
     assert msgs[3].headers["browser"] == "end"
     assert broker.store.count("queue://br") == 3
     c.disconnect()
+
+
+def test_durable_nack_dead_letters_and_advances(broker: BrokerThread) -> None:
+    c, col = _durable(broker, name="nk")
+    _send(broker, "/topic/dur", ["bad", "good"])
+    msgs = col.wait_messages(2)
+    c.nack(msgs[0].headers["ack"], receipt="n")
+    c.ack(msgs[1].headers["ack"], receipt="a")
+    assert col.wait(lambda: {"n", "a"} <= set(col.receipts))
+    key = SubscriptionKey("topic://dur", "cid-1", "nk")
+    assert broker.store.pending_count(key) == 0
+    rows = broker.store.page("queue://ActiveMQ.DLQ", None, 10)
+    assert [decode(r.msg).text for r in rows] == ["bad"]
+    c.disconnect()
+
+
+def test_queue_backlog_paged_from_store_after_restart(any_store: Store) -> None:
+    from dataclasses import replace
+
+    from tests.broker.conftest import FAST
+
+    bt = BrokerThread(any_store, replace(FAST, memory_window=8)).start()
+    try:
+        _send(bt, "/queue/deep", [f"m{i:03d}" for i in range(40)])
+        bt.restart()
+        c, col = connect(bt.port)
+        c.subscribe("/queue/deep", id="s", ack="client-individual")
+        got: list[str] = []
+        while len(got) < 40:
+            assert col.wait(lambda: len(col.messages) > len(got), 10)
+            m = col.messages[len(got)]
+            got.append(m.body)
+            c.ack(m.headers["ack"])
+        assert got == [f"m{i:03d}" for i in range(40)]
+        assert bt.snapshot()["destinations"]["queue://deep"]["in_memory"] <= 8
+        assert wait_until(lambda: any_store.count("queue://deep") == 0)
+        c.disconnect()
+    finally:
+        bt.close()
