@@ -20,8 +20,10 @@ class Statements:
     """Named statements for one prefix (parameters are ``:name`` binds)."""
 
     schema: StoreSchema
-    #: Insert many rows in one round trip (executemany → multi-row VALUES).
+    #: Insert one row (ActiveMQ's INSERT); kept for single-row callers.
     insert_msg: sa.Insert
+    #: Insert many rows as one statement from parallel arrays (:ids, :containers, ...).
+    insert_msgs: TextClause
     #: Delete (container, id, outcome) triples; visible rows only; returns deleted rows.
     delete_msgs: TextClause
     #: The same deletion, also recording each removed row in the history table.
@@ -59,7 +61,9 @@ def statements_for(prefix: str = "") -> Statements:
         "WITH r AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:containers AS text[]), "
         "CAST(:outcomes AS text[])) AS r(id, container, outcome)), "
         f"d AS (DELETE FROM {m} m USING r WHERE m.id = r.id AND m.container = r.container "
-        "AND m.xid IS NULL RETURNING m.id, m.container, m.msgid_prod, m.msgid_seq, "
+        # Not `m.xid IS NULL`: on a table not yet analyzed the planner takes that for a few
+        # rows found by _xidx and scans every visible row instead of probing the primary key.
+        "AND coalesce(m.xid, '') = '' RETURNING m.id, m.container, m.msgid_prod, m.msgid_seq, "
         "m.priority, m.expiration, m.msg, r.outcome) "
     )
     pending = (
@@ -70,6 +74,12 @@ def statements_for(prefix: str = "") -> Statements:
     return Statements(
         schema=schema,
         insert_msg=sa.insert(schema.msgs),
+        insert_msgs=sa.text(
+            f"INSERT INTO {m} (id, container, msgid_prod, msgid_seq, expiration, priority, msg, "
+            "xid) SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:containers AS text[]), "
+            "CAST(:prods AS text[]), CAST(:seqs AS bigint[]), CAST(:expirations AS bigint[]), "
+            "CAST(:priorities AS bigint[]), CAST(:msgs AS bytea[]), CAST(:xids AS text[]))"
+        ),
         delete_msgs=sa.text(removal + "SELECT count(*) FROM d"),
         delete_msgs_with_history=sa.text(
             removal

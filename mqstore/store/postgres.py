@@ -224,9 +224,19 @@ class PostgresStore:
         """Insert rows in one round trip; a duplicate JMS id becomes DuplicateMessageError."""
         if not rows:
             return
+        # One statement over arrays: far less server work than a statement per row.
+        params = {
+            "ids": [r["id"] for r in rows],
+            "containers": [r["container"] for r in rows],
+            "prods": [r["msgid_prod"] for r in rows],
+            "seqs": [r["msgid_seq"] for r in rows],
+            "expirations": [r["expiration"] for r in rows],
+            "priorities": [r["priority"] for r in rows],
+            "msgs": [r["msg"] for r in rows],
+            "xids": [r["xid"] for r in rows],
+        }
         try:
-            with conn.begin_nested():
-                conn.execute(self.sql.insert_msg, rows)
+            conn.execute(self.sql.insert_msgs, params)
         except IntegrityError as exc:
             if "_uidx" in str(exc.orig):
                 raise DuplicateMessageError(
