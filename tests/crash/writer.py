@@ -2,7 +2,8 @@
 
 Usage: ``python -m tests.crash.writer DSN JOURNAL_DIR ROUND [--ops N] [--exit]``
 
-Lines: ``ADD <id> <seq>``, ``TRY <id>`` (a removal about to be sent), ``REM <id>``, ``ACK <id>``, ``READY`` after start. Adds go to
+Lines: ``READY`` after start, ``ADD <id> <seq>``, ``TRY <id>`` (a removal about to be sent),
+``REM <id>`` and ``ACK <id>`` once acknowledged. Adds go to
 ``queue://crash`` (producer ``ID:crash-<round>``), removes take the oldest known messages,
 topic messages on ``topic://crash`` are acknowledged by one durable subscription. With
 ``--exit`` the process ends with ``os._exit`` after ``--ops`` operations (no stop, no final

@@ -1,0 +1,201 @@
+"""What only the journaled store does: elision, batching, replay, refusals, flow control."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from journal import JournalCorruptError
+from journal.store import JournalBehindDatabaseError, JournaledStore, JournalMasterSlaveError
+from mqstore.errors import ConfigError
+from mqstore.store import PostgresStore
+from tests.conftest import count_rows
+from tests.integration.conftest import msg
+from tests.integration.journal.conftest import JournaledFactory
+
+Q = "queue://orders"
+REPO = Path(__file__).resolve().parents[3]
+
+
+def rows_ever_inserted(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text("SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'activemq_msgs'")
+            ).scalar_one()
+        )
+
+
+def test_shared_lock_is_refused(engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(JournalMasterSlaveError, match="--no-journal") as info:
+        JournaledStore(PostgresStore(engine), tmp_path, shared_lock=True)
+    assert isinstance(info.value, ConfigError) and "--lock none" in str(info.value)
+
+
+def test_add_and_remove_within_a_window_is_elided_but_recorded(
+    make_journaled: JournaledFactory, engine: Engine
+) -> None:
+    store = make_journaled()
+    for i in range(50):
+        [mid] = store.add([msg(Q, i)])
+        assert store.remove(Q, [mid]) == 1
+    result = store.checkpoint()
+    assert result is not None and result.written == 0 and result.elided == 50
+    counters = store.stats().counters
+    assert counters["elided"] == 50 and counters["written"] == 0 and counters["checkpoints"] == 1
+    time.sleep(0.6)  # statistics collector
+    assert count_rows(engine, "activemq_msgs") == 0 and rows_ever_inserted(engine) == 0
+    assert count_rows(engine, "mqstore_history") == 50
+
+
+def test_slow_consumer_gets_batched_writes(
+    make_journaled: JournaledFactory, engine: Engine
+) -> None:
+    store = make_journaled()
+    ids = [i for n in range(20) for i in store.add([msg(Q, 10 * n + k) for k in range(10)])]
+    result = store.checkpoint()
+    assert result is not None and result.written == 200 and result.elided == 0
+    assert count_rows(engine, "activemq_msgs") == 200
+    assert store.remove(Q, ids[:150]) == 150
+    assert store.count(Q) == 50
+    result = store.checkpoint()
+    assert result is not None and result.deleted == 150
+    assert count_rows(engine, "activemq_msgs") == 50
+    assert count_rows(engine, "mqstore_history") == 150
+
+
+def test_acknowledged_topic_messages_are_elided(make_journaled: JournaledFactory) -> None:
+    from mqstore.store import Ack, SubscriptionKey
+
+    store = make_journaled()
+    a, b = SubscriptionKey("topic://t", "c", "a"), SubscriptionKey("topic://t", "c", "b")
+    store.add_subscription(a)
+    store.add_subscription(b)
+    ids = store.add([msg("topic://t", i) for i in range(10)])
+    store.acknowledge([Ack(a, ids[-1]), Ack(b, ids[4])])
+    result = store.checkpoint()
+    assert result is not None and result.elided == 5 and result.written == 5
+    assert store.pending_count(b) == 5 and store.pending_count(a) == 0
+
+
+def test_restart_replays_exactly_once(engine: Engine, dsn: str, tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.crash.writer",
+            dsn,
+            str(journal),
+            "7",
+            "--ops",
+            "300",
+            "--exit",
+            "--interval-ms",
+            "3600000",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.splitlines()
+    added = {int(x.split()[1]) for x in out if x.startswith("ADD")}
+    removed = {int(x.split()[1]) for x in out if x.startswith("REM")}
+    expected = added - removed
+    assert count_rows(engine, "activemq_msgs") == 0  # nothing was checkpointed
+    for _ in range(3):  # replay, checkpoint, restart: never twice
+        store = JournaledStore(
+            PostgresStore(engine, cleanup_interval_s=0), journal, shared_lock=False
+        )
+        store.start()
+        assert {r.id for r in store.page("queue://crash", None, 10_000)} == expected
+        assert store.add([msg(Q, 1, producer="ID:after")])[0] > max(added)
+        store.remove(Q, [r.id for r in store.page(Q, None, 10)])
+        store.stop()
+    assert count_rows(engine, "activemq_msgs") == len(expected)
+
+
+def test_journal_behind_the_database_is_refused(
+    make_journaled: JournaledFactory, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    store.add([msg(Q, 1)])
+    store.stop()
+    for seg in directory.glob("*.wal"):
+        seg.unlink()
+    with pytest.raises(JournalBehindDatabaseError, match="deleted, reset or replaced"):
+        make_journaled(directory)
+
+
+def _crashed_journal(make_journaled: JournaledFactory, directory: Path, count: int) -> None:
+    store = make_journaled(directory)
+    for i in range(count):
+        store.add([msg(Q, i)])
+    store.stop(checkpoint=False)
+
+
+def test_torn_tail_at_every_offset_of_the_last_record(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    original = tmp_path / "original"
+    _crashed_journal(make_journaled, original, 3)
+    [segment] = sorted(original.glob("*.wal"))
+    data = segment.read_bytes()
+    # The last record starts where a journal of the first two adds ends.
+    probe = tmp_path / "probe"
+    _crashed_journal(make_journaled, probe, 2)
+    record = next(probe.glob("*.wal")).stat().st_size
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE activemq_msgs, mqstore_journal, mqstore_history"))
+    for cut in range(record, len(data)):
+        copy = tmp_path / f"cut{cut}"
+        shutil.copytree(original, copy)
+        (copy / segment.name).write_bytes(data[:cut])
+        store = make_journaled(copy)
+        assert [r.msgid_seq for r in store.page(Q, None, 10)] == [0, 1]
+        store.stop(checkpoint=False)
+        shutil.rmtree(copy)
+
+
+def test_mid_log_corruption_stops_start_up(
+    make_journaled: JournaledFactory, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    _crashed_journal(make_journaled, directory, 5)
+    [segment] = sorted(directory.glob("*.wal"))
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    segment.write_bytes(bytes(data))
+    with pytest.raises(JournalCorruptError, match="repair") as info:
+        make_journaled(directory)
+    assert segment.name in str(info.value) and "offset" in str(info.value)
+
+
+def test_producers_block_at_the_pending_limit_until_a_checkpoint(
+    make_journaled: JournaledFactory,
+) -> None:
+    store = make_journaled(max_pending_bytes=64 * 1024, checkpoint_interval_ms=3_600_000)
+    store.checkpoint_interval_s = 3600
+    done = threading.Event()
+
+    def produce() -> None:
+        for i in range(200):
+            store.add([msg(Q, i, body=bytes(1024))])
+        done.set()
+
+    threading.Thread(target=produce, daemon=True).start()
+    assert done.wait(30)  # pressure checkpoints let the producer through
+    counters = store.stats().counters
+    assert counters["checkpoints"] >= 2
+    assert counters["pending_bytes"] <= 64 * 1024
+    assert store.count(Q) == 200
