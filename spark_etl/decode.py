@@ -1,13 +1,18 @@
-"""Transform: decode the ``MSG`` column (OpenWire) into columns, in Spark, via an Arrow UDF.
+"""Transform: decode the ``MSG`` column (OpenWire) into columns, in Spark, on Arrow batches.
 
 :func:`decode_msg` is the pure per-row function (testable without Spark); a row that
 does not decode gets null fields and ``decode_error`` set instead of failing the job.
+:func:`with_decoded` runs it over Arrow record batches (``mapInArrow``: about twice the
+rows/s of a ``useArrow=True`` UDF or a ``pandas_udf`` returning a struct with a map, as
+no pandas conversion is involved); :func:`decode_column` is the same as a column UDF.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StructType
@@ -86,17 +91,55 @@ def decode_column(msg: Column | str) -> Column:
     return fn(msg)
 
 
+_ARROW_TYPES = {
+    "string": pa.string(),
+    "bigint": pa.int64(),
+    "int": pa.int32(),
+    "boolean": pa.bool_(),
+    "map<string,string>": pa.map_(pa.string(), pa.string()),
+}
+
+
+def decode_batches(
+    batches: Iterator[pa.RecordBatch], msg_col: str, keep_msg: bool
+) -> Iterator[pa.RecordBatch]:
+    """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``)."""
+    for batch in batches:
+        rows = [decode_msg(b) for b in batch.column(msg_col).to_pylist()]
+        decoded = []
+        for name, ddl in DECODED_FIELDS:
+            values = [r[name] for r in rows]
+            if name == "properties":
+                values = [None if v is None else list(v.items()) for v in values]
+            decoded.append(pa.array(values, type=_ARROW_TYPES[ddl]))
+        kept = [f.name for f in batch.schema if keep_msg or f.name != msg_col]
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(n) for n in kept] + decoded, names=kept + _NAMES
+        )
+
+
 def with_decoded(df: DataFrame, msg_col: str = "msg", keep_msg: bool = True) -> DataFrame:
-    """``df`` plus the decoded fields as top-level columns.
+    """``df`` plus the decoded fields as top-level columns (pure transform).
 
     The table's own ``priority`` column (0 unless ``prioritizedMessages``) is kept as
     ``store_priority``; ``priority`` is then the JMS priority from inside ``MSG``.
     """
     if "priority" in df.columns:
         df = df.withColumnRenamed("priority", "store_priority")
-    df = df.withColumn("_decoded", decode_column(sf.col(msg_col)))
-    df = df.select(*df.columns[:-1], *[sf.col("_decoded")[n].alias(n) for n in _NAMES])
-    return df if keep_msg else df.drop(msg_col)
+    kept = [f for f in df.schema.fields if keep_msg or f.name != msg_col]
+    schema = StructType([*kept, *decoded_type().fields])
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return decode_batches(batches, msg_col, keep_msg)
+
+    return df.mapInArrow(run, schema)
 
 
-__all__ = ["DECODED_FIELDS", "decode_column", "decode_msg", "decoded_type", "with_decoded"]
+__all__ = [
+    "DECODED_FIELDS",
+    "decode_batches",
+    "decode_column",
+    "decode_msg",
+    "decoded_type",
+    "with_decoded",
+]
