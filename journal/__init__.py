@@ -10,7 +10,9 @@ records inside numbered segment files, with group-commit durability::
         end = journal.append([AddMessage(...), RemoveMessages(...)])  # durable on return
         journal.release(checkpoint_position)  # drop segments wholly behind a checkpoint
 
-``journal`` never imports ``mqstore``.
+The log layer never imports ``mqstore``. The store layer (``store``, ``state``,
+``checkpoint``, ``merge``, ``reads``) builds :class:`JournaledStore`, the store port with the
+journal in front of PostgreSQL; import it from ``journal.store`` (see docs/journal.md).
 """
 
 from __future__ import annotations

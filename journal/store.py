@@ -15,13 +15,13 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
 from journal.format import Position
-from journal.merge import DatabaseView, merge_rows
+from journal.merge import DatabaseView
+from journal.reads import MergedReads
 from journal.records import (
     AckSubscription,
     AddMessage,
@@ -50,7 +50,6 @@ from mqstore.store.model import (
     PreparedTransaction,
     Removal,
     StoredMessage,
-    StoreStats,
     Subscription,
     SubscriptionKey,
     Xid,
@@ -145,7 +144,7 @@ def advance_sequence(pg: PostgresStore, min_last_id: int) -> None:
         pg._last_id = max(pg._last_id, min_last_id)
 
 
-class JournaledStore:
+class JournaledStore(MergedReads):
     """The store port (:class:`mqstore.store.port.Store`) with a local journal.
 
     ``pg`` may be started or not; :meth:`start` starts it. ``shared_lock`` must say whether
@@ -377,9 +376,6 @@ class JournaledStore:
             self._inflight[ids[0]] = count
         return ids
 
-    def _bound(self) -> int:
-        return min(self._inflight) if self._inflight else _NO_BOUND
-
     def _reserve(self, adds: Sequence[NewMessage]) -> list[tuple[str, str, int]]:
         keys = [(m.container, m.msgid_prod, m.msgid_seq) for m in adds]
         found = self.db.existing_keys(keys)
@@ -494,61 +490,6 @@ class JournaledStore:
     def commit(self, batch: Batch) -> list[int]:
         return self._write(batch.adds, batch.removes, batch.acks)[0]
 
-    def _snapshot(
-        self, container: str, after: Cursor, limit: int, floors: dict[int, int] | None = None
-    ) -> tuple[int, list[StoredMessage], list[int], bool, dict[int, bytes]]:
-        with self._lock:
-            bound = self._bound()
-            state = self._state
-            mem = state.page(container, after, limit, bound, floors)
-            return (
-                bound,
-                mem,
-                state.excluded(container),
-                container in state.purged,
-                {i: b for i, (c, b) in state.updates.items() if c == container},
-            )
-
-    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
-        cursor = after or _FIRST
-        bound, mem, excl, purged, upd = self._snapshot(container, cursor, limit)
-        db = [] if purged else self.db.page(container, cursor, limit, bound, excl)
-        return merge_rows(db, mem, limit, upd)
-
-    def get(self, message_id: int) -> StoredMessage | None:
-        with self._lock:
-            state = self._state
-            if message_id in state.adds:
-                return state.adds[message_id]
-            if message_id in state.removed:
-                return None
-            purged, upd = set(state.purged), state.updates.get(message_id)
-        row = self.pg.get(message_id)
-        if row is None or (row.container in purged and row.xid is None):
-            return None
-        return replace(row, msg=upd[1]) if upd else row
-
-    def find(
-        self, msgid_prod: str, msgid_seq: int, container: str | None = None
-    ) -> StoredMessage | None:
-        with self._lock:
-            state = self._state
-            mem = [
-                state.adds[i]
-                for (c, p, s), i in state.keys.items()
-                if p == msgid_prod and s == msgid_seq and (container is None or c == container)
-            ]
-            removed, purged = set(state.removed), set(state.purged)
-        rows = [
-            r
-            for r in self.db.find(msgid_prod, msgid_seq, container)
-            if r.id not in removed and not (r.container in purged and r.xid is None)
-        ]
-        found = sorted(mem + rows, key=lambda r: r.id)
-        if not found:
-            return None
-        return self.get(found[0].id) if found[0] in rows else found[0]
-
     def update(self, container: str, message_id: int, msg: bytes) -> None:
         with self._writing():
             with self._lock:
@@ -564,13 +505,6 @@ class JournaledStore:
                 raise MessageNotFoundError(f"message {message_id} is not stored in {container}")
             self._append([UpdateMessage(container, message_id, bytes(msg))])
 
-    def count(self, container: str) -> int:
-        with self._lock:
-            state = self._state
-            live, excl = state.live.get(container, 0), state.excluded(container)
-            purged = container in state.purged
-        return live + (0 if purged else self.db.count(container, excl))
-
     def purge(self, container: str) -> int:
         check_container(container)
         return self._purge(container, Outcome.PURGED, [])
@@ -584,40 +518,7 @@ class JournaledStore:
         self._counters["removed"] += before
         return before
 
-    def destinations(self) -> list[str]:
-        with self._lock:
-            state = self._state
-            removed, purged = list(state.removed), list(state.purged)
-            mem = state.container_of_live() | {k.container for k in state.subs_added}
-            deleted = set(state.subs_deleted) - set(state.subs_added)
-        found = self.db.destinations(removed, purged, deleted)
-        return sorted(found | mem)
-
     # ------------------------------------------------------------------ durable topics
-    def _positions(self, key: SubscriptionKey) -> tuple[Subscription, dict[int, int]] | None:
-        """A subscription and its effective last-acked ID per column priority."""
-        with self._lock:
-            state = self._state
-            added = state.subs_added.get(key)
-            deleted = key in state.subs_deleted
-            acks = {p: i for (k, p), i in state.acks.items() if k == key}
-        if added is not None:
-            prios = range(10) if added.prioritized else (0,)
-            floors = {p: max(added.start, acks.get(p, -1)) for p in prios}
-            sub = Subscription(key, added.selector, added.sub_dest or key.container, 0)
-        elif deleted:
-            return None
-        else:
-            found = self.db.subscription_rows(key.container, key)
-            if key not in found:
-                return None
-            sub, db_floors = found[key]
-            floors = {p: max(v, acks.get(p, -1)) for p, v in db_floors.items()}
-        return (
-            Subscription(sub.key, sub.selector, sub.sub_dest, min(floors.values(), default=-1)),
-            floors,
-        )
-
     def add_subscription(
         self,
         key: SubscriptionKey,
@@ -649,20 +550,6 @@ class JournaledStore:
             )
         return Subscription(key, selector, sub_dest or key.container, start)
 
-    def get_subscription(self, key: SubscriptionKey) -> Subscription | None:
-        found = self._positions(key)
-        return found[0] if found else None
-
-    def subscriptions(self, container: str | None = None) -> list[Subscription]:
-        with self._lock:
-            state = self._state
-            keys = {k for k in state.subs_added if container is None or k.container == container}
-            deleted = set(state.subs_deleted)
-        keys |= {k for k in self.db.subscription_rows(container) if k not in deleted}
-        subs = [self._positions(k) for k in keys]
-        out = [s[0] for s in subs if s is not None]
-        return sorted(out, key=lambda s: (s.key.container, s.key.client_id, s.key.sub_name))
-
     def delete_subscription(self, key: SubscriptionKey) -> None:
         op = DeleteSubscription(key.container, key.client_id, key.sub_name)
         others = [s for s in self.subscriptions(key.container) if s.key != key]
@@ -674,29 +561,6 @@ class JournaledStore:
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
         self._write((), (), acks)
-
-    def page_subscription(
-        self, key: SubscriptionKey, after: Cursor | None, limit: int
-    ) -> list[StoredMessage]:
-        found = self._positions(key)
-        if found is None:
-            return []
-        floors = found[1]
-        cursor = after or _FIRST
-        bound, mem, excl, purged, upd = self._snapshot(key.container, cursor, limit, floors)
-        db = [] if purged else self.db.page(key.container, cursor, limit, bound, excl, floors)
-        return merge_rows(db, mem, limit, upd)
-
-    def pending_count(self, key: SubscriptionKey) -> int:
-        found = self._positions(key)
-        if found is None:
-            return 0
-        floors = found[1]
-        with self._lock:
-            state = self._state
-            live = state.count_after(key.container, floors)
-            excl, purged = state.excluded(key.container), key.container in state.purged
-        return live + (0 if purged else self.db.count(key.container, excl, floors))
 
     # ------------------------------------------------------------------ XA (write-through)
     def _through(self, fn: Callable[[], T]) -> T:
@@ -734,28 +598,3 @@ class JournaledStore:
         if remove and rows:
             self._write((), [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows], ())
         return rows
-
-    def stats(self) -> StoreStats:
-        with self._lock:
-            state = self._state
-            live = {c: n for c, n in state.live.items() if n}
-            removed, purged = list(state.removed), list(state.purged)
-            pending = state.pending_bytes
-        depths = self.db.depths(removed, purged)
-        for c, n in live.items():
-            depths[c] = depths.get(c, 0) + n
-        subs = {s.key: self.pending_count(s.key) for s in self.subscriptions()}
-        jstats = self.journal.stats()
-        ms = self._ckpt_ms
-        counters = {
-            **self._counters,
-            "last_checkpoint_ms": ms[-1] if ms else 0.0,
-            "avg_checkpoint_ms": sum(ms) / len(ms) if ms else 0.0,
-            "journal_bytes": float(jstats.bytes_on_disk),
-            "journal_fsyncs": float(jstats.fsyncs),
-            "journal_records": float(jstats.records_appended),
-            "pending_bytes": float(pending),
-            "last_id": float(self.pg._last_id),
-            "master": float(self.pg.locker.is_held()),
-        }
-        return StoreStats(destinations=depths, subscriptions=subs, counters=counters)
