@@ -64,8 +64,12 @@ class Queue:
                 return
             self.tracked.add(msg.store_id)
         msg.seq = self.broker.next_seq()
-        heapq.heappush(self.pending, (-msg.priority, msg.seq, msg))
+        heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
         self.kick()
+
+    def _rank(self, msg: BrokerMessage) -> int:
+        """Dispatch rank: JMS priority in prioritized mode; plain mode is FIFO, as ActiveMQ."""
+        return -msg.priority if self.broker.store.prioritized else 0
 
     def _before_cursor(self, msg: BrokerMessage) -> bool:
         if self.cursor is None or msg.store_id is None:
@@ -74,7 +78,7 @@ class Queue:
 
     def requeue(self, msg: BrokerMessage) -> None:
         """Put a returned message back in line (keeps its original position)."""
-        heapq.heappush(self.pending, (-msg.priority, msg.seq, msg))
+        heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
         self.kick()
 
     # -- consumers --------------------------------------------------------------------------
@@ -156,7 +160,7 @@ class Queue:
                     continue
                 msg = BrokerMessage.from_row(row, self.broker.next_seq())
                 self.tracked.add(row.id)
-                heapq.heappush(self.pending, (-msg.priority, msg.seq, msg))
+                heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
             self.gone -= gone_before
             if len(rows) < limit and self._skipped == skipped:
                 self.exhausted = True

@@ -44,6 +44,29 @@ def any_store(request: pytest.FixtureRequest) -> Iterator[Store]:
     store.stop()
 
 
+@pytest.fixture(params=["memory", "postgres"])
+def prioritized_store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """Stores in ActiveMQ's prioritizedMessages mode."""
+    if request.param == "memory":
+        store: Store = MemoryStore(prioritized=True)
+    else:
+        from mqstore.store.postgres import PostgresStore
+
+        store = PostgresStore(
+            request.getfixturevalue("engine"), cleanup_interval_s=0, prioritized=True
+        )
+    store.start()
+    yield store
+    store.stop()
+
+
+@pytest.fixture
+def prio_broker(prioritized_store: Store) -> Iterator[BrokerThread]:
+    bt = BrokerThread(prioritized_store, FAST).start()
+    yield bt
+    bt.close()
+
+
 @pytest.fixture
 def broker(any_store: Store) -> Iterator[BrokerThread]:
     bt = BrokerThread(any_store, FAST).start()

@@ -105,13 +105,30 @@ def test_transaction_commit_and_abort(broker: BrokerThread) -> None:
     cons.disconnect()
 
 
-def test_priority_order(broker: BrokerThread) -> None:
+def _send_priorities(broker: BrokerThread) -> None:
     prod, pcol = connect(broker.port)
     for i, prio in enumerate([1, 4, 9, 4, 7]):
         prod.send(
             "/queue/prio", f"{prio}-{i}", headers={**P, "priority": str(prio)}, receipt=str(i)
         )
     assert pcol.wait(lambda: len(pcol.receipts) == 5)
+    prod.disconnect()
+
+
+def test_plain_mode_delivers_fifo_like_activemq(broker: BrokerThread) -> None:
+    """Without prioritizedMessages ActiveMQ ignores JMS priority on queues: FIFO."""
+    _send_priorities(broker)
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/prio", id="s")
+    assert [m.body for m in col.wait_messages(5)] == ["1-0", "4-1", "9-2", "4-3", "7-4"]
+    assert col.messages[2].headers["priority"] == "9"
+    cons.disconnect()
+
+
+def test_priority_order(prio_broker: BrokerThread) -> None:
+    broker = prio_broker
+    _send_priorities(broker)
+    prod, _ = connect(broker.port)
     cons, col = connect(broker.port)
     cons.subscribe("/queue/prio", id="s")
     assert [m.body for m in col.wait_messages(5)] == ["9-2", "7-4", "4-1", "4-3", "1-0"]
