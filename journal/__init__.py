@@ -86,3 +86,15 @@ __all__ = [
     "read_records",
     "repair",
 ]
+# The store layer, imported on first use so the log layer stays free of mqstore.
+__all__ += ["JournalBehindDatabaseError", "JournalMasterSlaveError", "JournaledStore"]
+
+_STORE_NAMES = ("JournalBehindDatabaseError", "JournalMasterSlaveError", "JournaledStore")
+
+
+def __getattr__(name: str) -> object:
+    if name in _STORE_NAMES:
+        from journal import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'journal' has no attribute {name!r}")
