@@ -21,6 +21,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.spark)
+            # pyspark 4.3 warns about pandas 3 when Arrow is used; the jobs do not need pandas.
+            item.add_marker(
+                pytest.mark.filterwarnings(
+                    "ignore:PySpark does not yet fully support pandas:FutureWarning"
+                )
+            )
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,9 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from mqstore.openwire import encode, text_message
+from mqstore.schema import build_schema
 from spark_etl import export as export_mod
+from spark_etl.audit import audit
 from spark_etl.export import export, load_watermarks
 from tests.spark.conftest import dsn_of, execute, fetch
 
@@ -249,3 +251,24 @@ def test_crash_before_watermarks_is_undone_by_the_next_run(
     assert result.messages == {Q: 12, T: 5}
     assert len(_messages(spark, tmp_path)) == 17
     assert len(list((tmp_path / "_snapshots").iterdir())) == 1
+
+
+def test_table_prefix_is_honoured(
+    spark: Any, activemq_engine: Engine, empty_engine: Engine, tmp_path: Path
+) -> None:
+    build_schema("BRK1_").metadata.create_all(empty_engine)
+    for table in ("activemq_msgs", "activemq_acks"):
+        rows = [r._asdict() for r in fetch(activemq_engine, f"SELECT * FROM {table}")]
+        cols = ", ".join(rows[0])
+        execute(
+            empty_engine,
+            f"INSERT INTO brk1_{table} ({cols}) VALUES ({', '.join(':' + c for c in rows[0])})",
+            rows,
+        )
+    dsn = dsn_of(empty_engine)
+    result = export(spark, dsn, tmp_path / "out", "BRK1_")
+    assert result.messages == {Q: 12, T: 5}
+    assert load_watermarks(tmp_path / "out")["history_source"] == "mqstore_history"
+    report = audit(spark, dsn, tmp_path / "audit", "BRK1_", now_ms=1795310000000)
+    assert {s["sub_name"]: s["backlog"] for s in report["subscriptions"]} == {"subA": 2, "subB": 5}
+    assert report["lock"]["present"] is False
