@@ -272,10 +272,13 @@ def audit(
     prefix: str = "",
     thresholds: Thresholds | None = None,
     *,
+    archive: str | os.PathLike[str] | None = None,
     now_ms: int | None = None,
 ) -> dict[str, Any]:
     """Audit the store at ``dsn``; writes ``audit.json`` and ``audit.html`` into ``out_dir``.
 
+    History throughput comes from ``mqstore_history``, or for a plain ActiveMQ database
+    from the history of an export directory (``archive``, default ``out_dir``).
     Returns the report; its ``violations`` list is non-empty when a threshold is crossed.
     """
     src = jdbc_source(dsn, prefix)
@@ -285,7 +288,7 @@ def audit(
     if table_exists(spark, src, "MQSTORE_HISTORY"):
         history = read_table(spark, src, "MQSTORE_HISTORY").select("removed_at", "outcome")
     else:
-        exported = Path(out_dir) / "history"
+        exported = Path(archive or out_dir) / "history"
         if exported.exists() and any(exported.rglob("*.parquet")):
             history = spark.read.parquet(str(exported)).select("removed_at", "outcome")
     report = build_report(

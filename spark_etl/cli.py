@@ -121,6 +121,9 @@ def audit_command(
     ] = None,
     max_duplicates: Annotated[int | None, typer.Option(help="duplicate JMS message ids")] = None,
     max_lease_age: Annotated[float | None, typer.Option(help="seconds past the lease")] = None,
+    archive: Annotated[
+        Path | None, typer.Option("--archive", help="export directory (history of plain ActiveMQ)")
+    ] = None,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
     spark = _session(master)
@@ -137,7 +140,7 @@ def audit_command(
         max_lease_age_s=max_lease_age,
     )
     try:
-        report = _run(lambda: audit(spark, dsn, out, table_prefix, limits))
+        report = _run(lambda: audit(spark, dsn, out, table_prefix, limits, archive=archive))
     finally:
         spark.stop()
     counts = report["counts"]

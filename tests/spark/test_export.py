@@ -230,6 +230,10 @@ def test_plain_activemq_removals_come_from_snapshot_diff(
     assert {h["msgid_seq"] for h in hist} == {1}
     third = export(spark, dsn, tmp_path)
     assert third.history_rows == 0 and third.message_rows == 0
+    report = audit(spark, dsn, tmp_path / "audit", archive=tmp_path, now_ms=1795400000000)
+    assert report["history_per_hour"] == [
+        {"hour": "2026-11-23 02:00", "outcome": "removed", "count": 2}
+    ]
 
 
 def test_crash_before_watermarks_is_undone_by_the_next_run(
