@@ -147,19 +147,38 @@ def _counts(spark: SparkSession, path: Path) -> dict[str, int]:
 
 
 def _new_messages(
-    spark: SparkSession, src: JdbcSource, snapshot: DataFrame, prev: DataFrame | None, mark: Any
-) -> DataFrame:
-    """Rows above the watermark that the snapshot holds, plus late commits below it."""
-    snap_max = snapshot.agg(sf.max("id")).first()
-    upto = None if snap_max is None or snap_max[0] is None else int(snap_max[0])
+    spark: SparkSession,
+    src: JdbcSource,
+    snapshot: DataFrame,
+    prev: DataFrame | None,
+    marks: dict[str, Any],
+    out: Path,
+) -> tuple[DataFrame, int | None]:
+    """Rows above the watermark up to the snapshot's MAX(ID), plus late commits below it.
+
+    A late commit is an id at or below the watermark that this snapshot holds, the
+    previous one did not, and the previous run did not export (it may have been read
+    after its snapshot). No join with the big table: only the few late ids are fetched.
+    """
+    mark = marks.get("msgs_max_id")
+    top = snapshot.agg(sf.max("id")).first()
+    upto = None if top is None or top[0] is None else int(top[0])
     main = read_msgs(spark, src, after=mark, upto=upto)
-    main = main.join(snapshot.select("id"), "id", "left_semi")
+    new_mark = max((x for x in (mark, upto) if x is not None), default=None)
     if prev is None or mark is None:
-        return main
+        return main, new_mark
     late = snapshot.where(sf.col("id") <= mark).join(prev.select("id"), "id", "left_anti")
-    keys = [int(r["id"]) for r in late.select("id").collect()]
-    extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", keys)
-    return main if extra is None else main.unionByName(extra.select(*main.columns))
+    keys = {int(r["id"]) for r in late.select("id").collect()}
+    last_run = _run_files(out / "messages", marks.get("run_id"))
+    if keys and last_run:
+        done = spark.read.parquet(*last_run).select("id").where(sf.col("id").isin(list(keys)))
+        keys -= {int(r["id"]) for r in done.collect()}
+    extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", sorted(keys))
+    return (main if extra is None else main.unionByName(extra.select(*main.columns))), new_mark
+
+
+def _run_files(root: Path, run_id: str | None) -> list[str]:
+    return [str(p) for p in _tagged_files(root, run_id)] if run_id else []
 
 
 def export(
@@ -199,14 +218,10 @@ def export(
     snapshot = spark.read.parquet(str(stage / "snapshot"))
 
     step("messages")
-    msgs_mark = marks.get("msgs_max_id")
-    new_msgs = _new_messages(spark, src, snapshot, prev_snapshot, msgs_mark)
+    new_msgs, new_msgs_mark = _new_messages(spark, src, snapshot, prev_snapshot, marks, out)
     message_rows(new_msgs, keep_msg).write.partitionBy("destination", "date").parquet(
         str(stage / "messages")
     )
-    snap_max = snapshot.agg(sf.max("id")).first()
-    top = None if snap_max is None or snap_max[0] is None else int(snap_max[0])
-    new_msgs_mark = max(x for x in (msgs_mark, top, -1) if x is not None)
 
     step("history")
     hist_mark = marks.get("hist_max_id")
@@ -239,7 +254,7 @@ def export(
         "run_id": run_id,
         "exported_at": now,
         "prefix": prefix,
-        "msgs_max_id": new_msgs_mark if new_msgs_mark >= 0 else None,
+        "msgs_max_id": new_msgs_mark,
         "hist_max_id": hist_mark,
         "history_source": source,
         "snapshot": run_id,

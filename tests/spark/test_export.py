@@ -276,3 +276,27 @@ def test_table_prefix_is_honoured(
     report = audit(spark, dsn, tmp_path / "audit", "BRK1_", now_ms=1795310000000)
     assert {s["sub_name"]: s["backlog"] for s in report["subscriptions"]} == {"subA": 2, "subB": 5}
     assert report["lock"]["present"] is False
+
+
+def test_row_committed_between_snapshot_and_read_is_exported_once(
+    spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = dsn_of(activemq_engine)
+    export(spark, dsn, tmp_path)
+    execute(
+        activemq_engine,
+        "INSERT INTO activemq_msgs SELECT id + 100, container, msgid_prod, msgid_seq + 100,"
+        " expiration, msg, priority, xid FROM activemq_msgs WHERE id IN (1, 2, 3)",
+    )
+    real_index = export_mod.read_msg_index
+
+    def snapshot_before_102_committed(spark_: Any, src: Any) -> Any:
+        return real_index(spark_, src).where("id <> 102")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(export_mod, "read_msg_index", snapshot_before_102_committed)
+        second = export(spark, dsn, tmp_path)
+    assert second.messages == {Q: 3}  # 102 was visible to the read that followed
+    third = export(spark, dsn, tmp_path)
+    assert third.message_rows == 0 and third.history_rows == 0
+    assert sorted(_messages(spark, tmp_path)) == [*range(1, 18), 101, 102, 103]
