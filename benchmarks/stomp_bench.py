@@ -1,14 +1,16 @@
-"""STOMP broker throughput on PostgresStore (or the in-memory store with ``--memory``).
+"""STOMP throughput of ``mqstore serve``, journaled and plain, on one PostgreSQL.
 
-Workloads (persistent 1 KiB messages, one queue per run):
+Workloads (persistent 1 KiB messages, a fresh queue per run):
   a  one producer, a receipt awaited for every SEND
   b  one producer, transactions of 100 (receipt on COMMIT)
   c  one consumer draining a pre-filled queue with client-individual ACKs
   d  one producer (as in a) and one consumer (as in c) at once
   e  8 producers and 8 consumers at once
 
-Prints msg/s (median of ``--repeat`` runs) and ACTIVEMQ_MSGS rows written per message.
-The broker runs in-process on a fresh database created on the server of ``--dsn``.
+Each mode runs ``mqstore serve`` as a child process on a fresh scratch database (created
+on the server of ``--dsn``, dropped afterwards); the clients run here, over loopback.
+Prints msg/s (median of ``--repeat`` runs) and the rows inserted into ACTIVEMQ_MSGS per
+message (counted by a statement trigger installed in the scratch database).
 
     python benchmarks/stomp_bench.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -20,44 +22,19 @@ import asyncio
 import contextlib
 import os
 import platform
+import signal
+import socket
 import statistics
+import subprocess
 import sys
-import threading
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mqstore.broker import Broker, BrokerConfig
-from mqstore.broker.memory_store import MemoryStore
-from mqstore.store.model import Batch, NewMessage
-from mqstore.store.port import Store
-
 BODY = b"x" * 1024
-
-
-class CountingStore:
-    """Delegates to a store and counts the message rows handed to it for insertion."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.rows = 0
-        self._lock = threading.Lock()
-
-    def add(self, messages: Sequence[NewMessage]) -> list[int]:
-        with self._lock:
-            self.rows += len(messages)
-        return self.inner.add(messages)
-
-    def commit(self, batch: Batch) -> list[int]:
-        with self._lock:
-            self.rows += len(batch.adds)
-        return self.inner.commit(batch)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class Client:
@@ -190,68 +167,6 @@ async def timed(job: Callable[[], Awaitable[None]], n: int | None = None) -> flo
     return time.perf_counter() - t0
 
 
-def make_store(args: argparse.Namespace) -> tuple[Store, Callable[[], None]]:
-    if args.memory:
-        mem = MemoryStore()
-        return mem, lambda: None
-    import psycopg
-    from psycopg import sql
-
-    from mqstore import migrate
-    from mqstore.db import create_engine, libpq_dsn
-    from mqstore.store.postgres import PostgresStore
-
-    name = f"mqs_bench_{os.getpid()}"
-    admin = libpq_dsn(args.dsn)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    from sqlalchemy.engine import make_url
-
-    url = make_url(args.dsn).set(drivername="postgresql+psycopg", database=name)
-    engine = create_engine(url.render_as_string(hide_password=False))
-    migrate.upgrade(engine)
-    store = PostgresStore(engine, cleanup_interval_s=0)
-
-    def drop() -> None:
-        engine.dispose()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-    return store, drop
-
-
-async def main_async(args: argparse.Namespace) -> None:
-    inner, drop = make_store(args)
-    store = CountingStore(inner)
-    inner.start()
-    broker = Broker(store, BrokerConfig(heartbeat_ms=(0, 0)))
-    await broker.start("127.0.0.1", 0)
-    try:
-        print(
-            f"# stomp_bench: {args.messages} x 1 KiB persistent messages, median of {args.repeat}"
-        )
-        print(f"# store: {'memory' if args.memory else 'PostgresStore'}; "
-              f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
-              f"Python {platform.python_version()}")  # fmt: skip
-        print(f"{'workload':<44} {'msg/s':>10} {'rows/msg':>9}")
-        for name in args.workloads:
-            rates, rows = [], []
-            for rep in range(args.repeat):
-                before = store.rows
-                secs = await run_workload(name, broker.port, args.messages, f"bench.{name}.{rep}")
-                n = args.messages if name != "e" else (args.messages // 8) * 8
-                rates.append(n / secs)
-                rows.append((store.rows - before) / n)
-            label = WORKLOADS[name]
-            print(f"{label:<44} {statistics.median(rates):>10.0f} {statistics.median(rows):>9.2f}")
-    finally:
-        await broker.stop()
-        inner.stop()
-        drop()
-
-
 WORKLOADS = {
     "a": "a  send, receipt each (1 producer)",
     "b": "b  send in transactions of 100",
@@ -261,17 +176,149 @@ WORKLOADS = {
 }
 
 
+COUNT_INSERTS = """
+CREATE TABLE bench_rows (n bigint NOT NULL);
+INSERT INTO bench_rows VALUES (0);
+CREATE FUNCTION bench_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN UPDATE bench_rows SET n = n + (SELECT count(*) FROM inserted); RETURN NULL; END $$;
+CREATE TRIGGER bench_count AFTER INSERT ON activemq_msgs REFERENCING NEW TABLE AS inserted
+FOR EACH STATEMENT EXECUTE FUNCTION bench_count();
+"""
+
+
+class ScratchDatabase:
+    """A fresh migrated database that counts the rows inserted into ACTIVEMQ_MSGS."""
+
+    def __init__(self, admin_dsn: str, tag: str) -> None:
+        import psycopg
+        from psycopg import sql
+        from sqlalchemy.engine import make_url
+
+        from mqstore import migrate
+        from mqstore.db import create_engine, libpq_dsn
+
+        self.name = f"mqs_stomp_bench_{tag}_{os.getpid()}"
+        self.admin = libpq_dsn(admin_dsn)
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        url = make_url(self.admin).set(drivername="postgresql+psycopg", database=self.name)
+        self.dsn = url.render_as_string(hide_password=False)
+        engine = create_engine(self.dsn)
+        migrate.upgrade(engine)
+        engine.dispose()
+        with psycopg.connect(libpq_dsn(self.dsn), autocommit=True) as conn:
+            conn.execute(COUNT_INSERTS)
+
+    def rows_inserted(self) -> int:
+        import psycopg
+
+        from mqstore.db import libpq_dsn
+
+        with psycopg.connect(libpq_dsn(self.dsn)) as conn:
+            row = conn.execute("SELECT n FROM bench_rows").fetchone()
+        return int(row[0]) if row else 0
+
+    def drop(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name))
+            )
+
+
+class Server:
+    """``mqstore serve`` in a child process on a free port."""
+
+    def __init__(self, dsn: str, journal: bool, data_dir: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        cmd = [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--lock", "none",
+               "--stomp", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir),
+               "--log-level", "WARNING"]  # fmt: skip
+        if not journal:
+            cmd.append("--no-journal")
+        env = {**os.environ, "MQSTORE_CLEANUP_INTERVAL_S": "0"}
+        self.log = (data_dir / "serve.log").open("ab")
+        self.process = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mqstore serve exited; see {data_dir / 'serve.log'}")
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
+            ):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("mqstore serve did not start")
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(60)
+        self.log.close()
+
+
+Result = tuple[str, float, float]
+
+
+async def bench_mode(
+    args: argparse.Namespace, mode: str, port: int, rows: Callable[[], int]
+) -> list[Result]:
+    """Run every workload ``args.repeat`` times against one server."""
+    results = []
+    for name in args.workloads:
+        rates, per_msg = [], []
+        for rep in range(args.repeat):
+            before = rows()
+            secs = await run_workload(name, port, args.messages, f"bench.{mode}.{name}.{rep}")
+            n = args.messages if name != "e" else (args.messages // 8) * 8
+            if mode == "journaled":
+                await asyncio.sleep(1.5)  # let the checkpoint write what survived
+            rates.append(n / secs)
+            per_msg.append((rows() - before) / n)
+        results.append((name, statistics.median(rates), statistics.median(per_msg)))
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", default=os.environ.get("MQSTORE_TEST_DSN"))
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--memory", action="store_true", help="use the in-memory store")
+    parser.add_argument("--modes", default="journaled,plain")
     parser.add_argument("--workloads", default="abcde")
     args = parser.parse_args()
-    if not args.memory and not args.dsn:
-        parser.error("give --dsn (or set MQSTORE_TEST_DSN), or --memory")
-    asyncio.run(main_async(args))
+    if not args.dsn:
+        parser.error("give --dsn (or set MQSTORE_TEST_DSN)")
+    print(
+        f"# stomp_bench: {args.messages} x 1 KiB persistent messages, median of "
+        f"{args.repeat}; mqstore serve in a child process, clients here over loopback"
+    )
+    print(
+        f"# machine: {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+    )
+    table: dict[str, list[Result]] = {}
+    for mode in args.modes.split(","):
+        db = ScratchDatabase(args.dsn, mode)
+        with tempfile.TemporaryDirectory(prefix="mqs-bench-") as tmp:
+            server = Server(db.dsn, mode == "journaled", Path(tmp))
+            try:
+                table[mode] = asyncio.run(bench_mode(args, mode, server.port, db.rows_inserted))
+            finally:
+                server.stop()
+                db.drop()
+    modes = list(table)
+    print(f"{'workload':<40}" + "".join(f" {m + ' msg/s':>16} {'rows/msg':>9}" for m in modes))
+    for i, name in enumerate(args.workloads):
+        line = f"{WORKLOADS[name]:<40}"
+        for m in modes:
+            _, rate, per = table[m][i]
+            line += f" {rate:>16.0f} {per:>9.3f}"
+        print(line)
 
 
 if __name__ == "__main__":

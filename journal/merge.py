@@ -115,6 +115,17 @@ class DatabaseView:
         rows = self._read(lambda c: c.execute(sa.text(sql), params).all())
         return {(r[0], r[1], int(r[2])): int(r[3]) for r in rows}
 
+    def max_sequences(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The highest stored MSGID_SEQ per (container, producer id); -1 when none."""
+        sql = (
+            "SELECT k.c, k.p, coalesce((SELECT max(m.msgid_seq) FROM "
+            f"{self.m} m WHERE m.container = k.c AND m.msgid_prod = k.p), -1) "
+            "FROM unnest(CAST(:c AS text[]), CAST(:p AS text[])) AS k(c, p)"
+        )
+        params = {"c": [c for c, _ in pairs], "p": [p for _, p in pairs]}
+        rows = self._read(lambda c: c.execute(sa.text(sql), params).all())
+        return {(r[0], r[1]): int(r[2]) for r in rows}
+
     def visible(self, ids: list[int]) -> dict[int, str]:
         """Container of each of these IDs stored outside any XA transaction."""
         sql = f"SELECT id, container FROM {self.m} WHERE id = ANY({_IDS}) AND xid IS NULL"

@@ -274,7 +274,9 @@ def recover_tail(scan: LogScan) -> RecoveryReport | None:
             damage.segment, damage.path, damage.offset, damage.bytes_after, damage.reason
         )
     scan.damage = None
-    log.warning("%s", report)
+    # Zero bytes past the last record are the writer's preallocated space, not lost data.
+    preallocated = damage.reason.endswith("zero bytes")
+    log.log(logging.INFO if preallocated else logging.WARNING, "%s", report)
     return report
 
 

@@ -191,6 +191,7 @@ class JournaledStore(MergedReads):
         self._state = self._new_state()
         self._inflight: dict[int, int] = {}
         self._reserved: set[tuple[str, str, int]] = set()
+        self._ceiling: dict[tuple[str, str], int] = {}  # highest MSGID_SEQ seen per producer
         self._claimed: set[int] = set()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -378,7 +379,7 @@ class JournaledStore(MergedReads):
 
     def _reserve(self, adds: Sequence[NewMessage]) -> list[tuple[str, str, int]]:
         keys = [(m.container, m.msgid_prod, m.msgid_seq) for m in adds]
-        found = self.db.existing_keys(keys)
+        found = self.db.existing_keys(self._maybe_stored(keys))
         with self._lock:
             state = self._state
             for key in keys:
@@ -393,7 +394,29 @@ class JournaledStore(MergedReads):
                         f"destination ({key[1]}:{key[2]} in {key[0]}); nothing was added"
                     )
             self._reserved.update(keys)
+            for container, prod, seq in keys:
+                pair = (container, prod)
+                self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
         return keys
+
+    def _maybe_stored(self, keys: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        """The keys that could already be in the database.
+
+        Only this store writes, so a producer's sequence above the highest one it has seen
+        for that (container, producer) -- in the database or written since -- cannot be a
+        duplicate: one query per new producer instead of one per write.
+        """
+        with self._lock:
+            unknown = list({(c, p) for c, p, _ in keys if (c, p) not in self._ceiling})
+        if unknown:
+            found = self.db.max_sequences(unknown)
+            with self._lock:
+                if len(self._ceiling) > 100_000:
+                    self._ceiling.clear()  # bounded memory; a miss only costs a query
+                for pair, seq in found.items():
+                    self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
+        with self._lock:
+            return [k for k in keys if k[2] <= self._ceiling.get((k[0], k[1]), 2**63 - 1)]
 
     def _claim(self, removes: Sequence[Removal]) -> dict[tuple[str, Outcome], list[int]]:
         """Decide which removals hit a stored message; claim those IDs."""

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 MIN_SEGMENT_SIZE = 4096
+#: Zero-filled space kept ahead of the writes in the active segment.
+PREALLOCATE_BYTES = 1024 * 1024
 _BATCH_RE = re.compile(r"^batch:(\d+(?:\.\d+)?)(ms)?$")
 
 
@@ -121,6 +123,7 @@ class Journal:
         self._offset = offset
         self._sealed = sealed
         self._written = self._durable = Position(segment, offset)
+        self._allocated = offset  # the file's size: written records plus zeroed space
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._syncing = False
@@ -270,9 +273,37 @@ class Journal:
                 ) from exc
             raise JournalError(f"journal {self.directory}: write failed: {exc}") from exc
         self._offset = start + length
+        if self._offset > self._allocated:
+            self._preallocate_locked()
         self._written = Position(self._segment, self._offset)
         self._records += len(pending)
         self._bytes += length
+
+    def _preallocate_locked(self) -> None:
+        """Zero-fill the next stretch of the segment ahead of the writes.
+
+        Overwriting already-allocated blocks lets fdatasync flush data only, instead of the
+        file size and block map with every record (about half the cost per sync). Readers
+        treat the zeros after the last record as free space; sealed segments are trimmed.
+        """
+        end = min(max(self.segment_size, self._offset), self._offset + PREALLOCATE_BYTES)
+        if end <= self._offset:
+            self._allocated = self._offset
+            return
+        try:
+            os.pwrite(self._fd, bytes(end - self._offset), self._offset)
+            self._allocated = end
+        except OSError:
+            os.ftruncate(self._fd, self._offset)  # no room ahead: write as we go
+            self._allocated = self._offset
+
+    def _trim_locked(self) -> bool:
+        """Cut the active segment's preallocated tail (the caller syncs); True if it did."""
+        if self._allocated <= self._offset:
+            return False
+        os.ftruncate(self._fd, self._offset)
+        self._allocated = self._offset
+        return True
 
     def _make_room_locked(self, size: int) -> None:
         """Rotate to a new segment unless another thread did while we waited."""
@@ -281,7 +312,8 @@ class Journal:
             if self._syncing:
                 self._cond.wait()
                 continue
-            if self._durable < self._written:
+            trimmed = self._trim_locked()
+            if self._durable < self._written or trimmed:
                 self._sync_locked(hold_lock=True)
             os.close(self._fd)
             self._sealed[self._segment] = self._offset
@@ -293,7 +325,7 @@ class Journal:
                 self._fail_locked(exc)
                 raise JournalError(f"journal {self.directory}: rotation failed: {exc}") from exc
             self._segment += 1
-            self._offset = HEADER_SIZE
+            self._offset = self._allocated = HEADER_SIZE
             self._written = self._durable = Position(self._segment, HEADER_SIZE)
 
     # -- syncing -------------------------------------------------------------------------
@@ -413,7 +445,7 @@ class Journal:
                 position=self._written,
                 durable_position=self._durable,
                 segments=len(self._sealed) + 1,
-                bytes_on_disk=sum(self._sealed.values()) + self._offset,
+                bytes_on_disk=sum(self._sealed.values()) + self._allocated,
                 sync_policy=str(self.sync_policy),
             )
 
@@ -426,7 +458,8 @@ class Journal:
             while self._syncing:
                 self._cond.wait()
             try:
-                if self._failure is None and self._durable < self._written:
+                trimmed = self._failure is None and self._trim_locked()
+                if self._failure is None and (self._durable < self._written or trimmed):
                     self._sync_locked(hold_lock=True)
             finally:
                 self._cond.notify_all()

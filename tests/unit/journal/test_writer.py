@@ -229,7 +229,10 @@ def test_stats(tmp_path: Path) -> None:
         assert stats.position == journal.position
         sizes = sum(p.stat().st_size for p in tmp_path.glob("*.wal"))
         assert stats.bytes_on_disk == sizes
-        assert stats.bytes_appended == sizes - HEADER_SIZE * stats.segments
+        # Sealed segments are trimmed; the active one has zeroed space preallocated ahead.
+        sealed = sum(p.stat().st_size for p in sorted(tmp_path.glob("*.wal"))[:-1])
+        used = sealed + journal.position.offset
+        assert stats.bytes_appended == used - HEADER_SIZE * stats.segments
         assert stats.to_dict()["position"] == str(stats.position)
         assert stats.sync_policy == "always"
 
@@ -270,3 +273,18 @@ def test_failed_fsync_fails_the_journal(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.undo()
     with Journal.open(tmp_path) as journal:
         assert ids_of(journal) in ([], [1])
+
+
+def test_preallocated_space_is_trimmed_and_not_reported_as_damage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = Journal.open(tmp_path)
+    for i in range(5):
+        journal.append([add(i, 1000)])
+    [active] = sorted(tmp_path.glob("*.wal"))
+    assert active.stat().st_size > journal.position.offset  # zeroed space ahead of writes
+    journal.close()
+    assert active.stat().st_size == journal.position.offset
+    with caplog.at_level(logging.WARNING, logger="journal"), Journal.open(tmp_path) as again:
+        assert ids_of(again) == list(range(5))
+    assert "torn tail" not in caplog.text
