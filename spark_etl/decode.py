@@ -36,10 +36,13 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
     ("decode_error", "string"),
 )
 _NAMES = [name for name, _ in DECODED_FIELDS]
+_KIND_NAMES = {kind: kind.name.lower() for kind in MessageKind}
 
 
 def property_text(value: Any) -> str | None:
     """A property value as Java's ``String.valueOf`` would print it (bytes as hex)."""
+    if type(value) is str:
+        return value
     plain = to_plain(value)
     if plain is None:
         return None
@@ -56,8 +59,8 @@ def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
     if data is None:
         return row
     try:
-        msg = decode(bytes(data))
-        row["kind"] = msg.kind.name.lower()
+        msg = decode(data)
+        row["kind"] = _KIND_NAMES[msg.kind]
         row["jms_message_id"] = msg.jms_message_id
         row["timestamp"] = msg.timestamp
         row["priority"] = msg.priority
