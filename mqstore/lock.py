@@ -12,6 +12,7 @@ lock, so a row locker would get the row at once (and a row holder blocks lease U
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from mqstore.errors import ConfigError, LockError
+from mqstore.errors import ConfigError, LockError, LockLostError
 from mqstore.schema import StoreSchema
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class Locker(Protocol):
     def release(self) -> None:
         """Give the lock up."""
 
+    def fence(self, conn: Connection) -> None:
+        """Inside a write transaction: raise :class:`LockLostError` unless still master."""
+
     @property
     def renew_interval_s(self) -> float:
         """How often :meth:`keep_alive` must run."""
@@ -111,6 +115,8 @@ class LeaseLocker:
         self._held = False
         self._deadline = 0.0  # time.monotonic() after which the lease may be someone else's
         self._mutex = threading.Lock()
+        self._guard: Connection | None = None
+        self._guarded: set[str] = set()  # holders seen alive with a guard session
 
     @property
     def renew_interval_s(self) -> float:
@@ -140,11 +146,90 @@ class LeaseLocker:
                 .where(sa.or_(lock.c.time.is_(None), lock.c.time < now), lock.c.id == 1)
                 .values(broker_name=self.holder, time=now + self.lease_ms)
             )
-        if result.rowcount == 1:
-            with self._mutex:
-                self._held, self._deadline = True, started + self.lease_ms / 1000
-            return self.keep_alive()
-        return False
+        return result.rowcount == 1 and self._became_master(started)
+
+    def _became_master(self, started: float) -> bool:
+        with self._mutex:
+            self._held, self._deadline = True, started + self.lease_ms / 1000
+        if not self.keep_alive():
+            return False
+        self._open_guard()
+        return True
+
+    # -- the guard session: fast failover between mqstore brokers ---------------------------
+    def guard_name(self, holder: str) -> str:
+        """The ``application_name`` of ``holder``'s guard session (63 bytes at most)."""
+        digest = hashlib.sha1(f"{self.schema.lock.name}/{holder}".encode()).hexdigest()[:24]
+        return f"mqstore-lease:{digest}"
+
+    def _open_guard(self) -> None:
+        """Keep one idle session named after this holder while master (no open transaction,
+        so VACUUM is not held back). When this process dies, PostgreSQL ends the session at
+        once, and a waiting mqstore standby takes over without waiting for the lease."""
+        self._close_guard()
+        try:
+            conn = self.engine.connect()
+            conn.exec_driver_sql(f"SET application_name = '{self.guard_name(self.holder)}'")
+            conn.commit()
+            self._guard = conn
+        except DBAPIError as exc:
+            log.warning("could not open the lease guard session: %s", str(exc).splitlines()[0])
+
+    def _close_guard(self) -> None:
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            try:
+                guard.invalidate()  # never hand a named session back to the pool
+                guard.close()
+            except DBAPIError:
+                pass
+
+    def _check_guard(self) -> None:
+        if self._guard is None:
+            self._open_guard()
+            return
+        try:
+            self._guard.exec_driver_sql("SELECT 1")
+            self._guard.commit()
+        except DBAPIError:
+            self._open_guard()
+
+    def _holder_alive(self, conn: Connection, holder: str) -> bool:
+        count = conn.execute(
+            sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"),
+            {"name": self.guard_name(holder)},
+        ).scalar_one()
+        return int(count) > 0
+
+    def _take_over_dead(self, conn: Connection, dead: str) -> bool:
+        """The holder's guard session is gone: it died, so take its lease now."""
+        started = time.monotonic()
+        now = self._now_ms(conn)
+        lock = self.schema.lock
+        result = conn.execute(
+            sa.update(lock)
+            .where(lock.c.broker_name == dead, lock.c.id == 1)
+            .values(broker_name=self.holder, time=now + self.lease_ms)
+        )
+        conn.commit()
+        if result.rowcount != 1:
+            return False
+        log.warning("master %s is gone (its session ended): taking over its lease now", dead)
+        return self._became_master(started)
+
+    def _standby_check(self, status: LockStatus) -> bool:
+        """While waiting: watch the holder's guard; take over the moment it disappears."""
+        holder = status.broker_name
+        if holder is None:
+            return False
+        with self.engine.connect() as conn:
+            if self._holder_alive(conn, holder):
+                self._guarded.add(holder)
+                return False
+            # Our own name without a guard is this broker's previous, dead incarnation.
+            if holder in self._guarded or holder == self.holder:
+                return self._take_over_dead(conn, holder)
+        return False  # an ActiveMQ holder (no guard): wait for its lease to run out
 
     def acquire(self, stop: threading.Event) -> bool:
         last_seen: LockStatus | None = None
@@ -157,6 +242,8 @@ class LeaseLocker:
                     return True
                 with self.engine.connect() as conn:
                     status = read_lock(conn, self.schema)
+                if self._standby_check(status):
+                    return True
                 if status != last_seen:
                     log.info("waiting as slave: lock %s", status.describe())
                     last_seen = status
@@ -164,6 +251,24 @@ class LeaseLocker:
                 log.warning("lock attempt failed, retrying: %s", str(exc).splitlines()[0])
             stop.wait(self.poll_s)
         return False
+
+    def fence(self, conn: Connection) -> None:
+        """Lock the lock row for share in the writer's transaction and check the holder.
+
+        A takeover UPDATE waits until this transaction ends, and after a takeover this
+        check fails: a deposed master can never commit beside the new one.
+        """
+        lock = self.schema.lock
+        holder = conn.execute(
+            sa.select(lock.c.broker_name).where(lock.c.id == 1).with_for_update(read=True)
+        ).scalar_one_or_none()
+        if holder != self.holder:
+            with self._mutex:
+                self._held = False
+            raise LockLostError(
+                f"the lease on {lock.name} now belongs to {holder!r}, not {self.holder!r}: "
+                "this store stopped writing. Restart it to wait as a standby."
+            )
 
     def keep_alive(self) -> bool:
         """ActiveMQ's renewal: ``WHERE BROKER_NAME = me``; 0 rows means the lease is lost."""
@@ -187,7 +292,10 @@ class LeaseLocker:
                 if self._held:
                     log.error("lease lost: another broker holds %s", self.schema.lock.name)
                 self._held = False
-            return self._held
+            held = self._held
+        if held and self._guard is not None:
+            self._check_guard()
+        return held
 
     def is_held(self) -> bool:
         with self._mutex:
@@ -198,6 +306,7 @@ class LeaseLocker:
         lock = self.schema.lock
         with self._mutex:
             self._held = False
+        self._close_guard()
         try:
             with self.engine.begin() as conn:
                 conn.execute(
@@ -278,6 +387,11 @@ class RowLocker:
         with self._mutex:
             return self._conn is not None
 
+    def fence(self, conn: Connection) -> None:
+        """The row lock itself is the fence: nobody else can hold it while we live."""
+        if not self.is_held():
+            raise LockLostError(f"the row lock on {self.schema.lock.name} was lost")
+
     def release(self) -> None:
         with self._mutex:
             conn, self._conn = self._conn, None
@@ -304,6 +418,9 @@ class NoLocker:
         return True
 
     def release(self) -> None:
+        return None
+
+    def fence(self, conn: Connection) -> None:
         return None
 
 
@@ -347,3 +464,6 @@ class ExclusiveLease:
 
     def release(self) -> None:
         self.lease.release()
+
+    def fence(self, conn: Connection) -> None:
+        self.lease.fence(conn)

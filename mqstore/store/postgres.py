@@ -169,6 +169,7 @@ class PostgresStore:
         self._check_writable()
         try:
             with self.engine.begin() as conn:
+                self.locker.fence(conn)
                 yield conn
                 # The lease may have run out (and been taken) while this transaction ran:
                 # then roll back rather than commit beside the new master.

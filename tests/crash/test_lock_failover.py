@@ -30,7 +30,7 @@ from tests.integration.conftest import StoreFactory, make_store  # noqa: F401 (f
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = statements_for("").schema
-LEASE_MS, RENEW_MS = 1500, 500
+LEASE_MS, RENEW_MS = 3000, 1000
 SLACK_S = 0.6  # process scheduling, the store's start-up reads
 
 
@@ -301,19 +301,17 @@ class LockPoller:
         self.stop.set()
         self.thread.join(5)
 
-    def check_handovers(self) -> int:
-        """Each change of holder was observed only after the previous holder's lease ended."""
+    def check_handovers(self, killed_ms: dict[str, float]) -> int:
+        """Each change of holder was observed only after the previous holder was killed."""
         changes = 0
-        last: tuple[str | None, int | None] = (None, None)
-        for observed, holder, expiry in self.seen:
-            prev_holder, prev_expiry = last
-            if holder != prev_holder and prev_holder is not None and holder is not None:
+        last: str | None = None
+        for observed, holder, _ in self.seen:
+            if holder != last and last is not None and holder is not None:
                 changes += 1
-                assert prev_expiry is not None and observed > prev_expiry, (
-                    f"{holder} held the lock at {observed} while {prev_holder}'s lease ran "
-                    f"until {prev_expiry}"
+                assert observed >= killed_ms[last], (
+                    f"{holder} held the lock at {observed} while {last} was still alive"
                 )
-            last = (holder, expiry)
+            last = holder
         return changes
 
 
@@ -326,7 +324,7 @@ def test_lease_failover_never_lets_two_stores_write(
         writers.append(Writer(dsn, "w0", "lease"))
         master = writers[0]
         master.wait_for("MASTER", 15)
-        final_expiry: dict[str, int] = {}
+        killed_ms: dict[str, float] = {}
         for n in range(1, rounds + 1):
             standby = Writer(dsn, f"w{n}", "lease")
             writers.append(standby)
@@ -335,22 +333,23 @@ def test_lease_failover_never_lets_two_stores_write(
             assert standby.first("MASTER") is None, "the standby became master while waiting"
 
             killed_at = master.kill()
+            killed_ms[master.name] = killed_at * 1000
             row = _lock(engine)  # still the dead master's: its lease has >= 1 s to run
             assert row.broker_name == master.name and row.time is not None
-            final_expiry[master.name] = row.time
 
             [line] = standby.wait_for("MASTER", LEASE_MS / 1000 + RENEW_MS / 1000 + 5)
             became = float(line.split()[1])
-            assert became * 1000 >= row.time, "took over before the dead master's lease ran out"
             took = became - killed_at
-            assert took <= (LEASE_MS + RENEW_MS) / 1000 + SLACK_S, f"takeover took {took:.2f} s"
+            assert took >= 0, "the standby took over before the master died"
+            # The dead master's session ends with it; the standby does not wait out its lease.
+            assert became * 1000 < row.time, f"waited for the lease: takeover took {took:.2f} s"
             standby.wait_for("WROTE", 10, count=5)
             master = standby
         master.kill()
     finally:
         poller.close()
 
-    assert poller.check_handovers() == rounds
+    assert poller.check_handovers(killed_ms) == rounds
     rows = _rows(engine)
     order = [name for _, name, _ in rows]
     blocks = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
@@ -359,7 +358,7 @@ def test_lease_failover_never_lets_two_stores_write(
         before = [t0 for _, name, t0 in rows if name == f"w{n - 1}"]
         after = [t0 for _, name, t0 in rows if name == f"w{n}"]
         assert max(before) < min(after)
-        assert min(after) * 1000 >= final_expiry[f"w{n - 1}"]
+        assert min(after) * 1000 >= killed_ms[f"w{n - 1}"]
     for w in writers:  # every write a process reported is committed
         reported = {int(ln.split()[1]) for ln in w.lines if ln.startswith("WROTE ")}
         assert reported <= {i for i, name, _ in rows if name == w.name}
