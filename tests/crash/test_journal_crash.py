@@ -82,9 +82,7 @@ def run_writer(dsn: str, journal: Path, round_no: int, ledger: Ledger, kill_afte
 
 
 def check(engine: Engine, journal: Path, ledger: Ledger) -> None:
-    store = JournaledStore(
-        PostgresStore(engine, cleanup_interval_s=0), journal, shared_lock=False
-    )
+    store = JournaledStore(PostgresStore(engine, cleanup_interval_s=0), journal, shared_lock=False)
     store.start()
     try:
         rows = store.page(QUEUE, None, 1_000_000)
