@@ -277,7 +277,9 @@ class Handlers:
         if nack:
             fut = self.broker.dead_letter(dest, msgs, Outcome.DEAD_LETTERED)
         else:
-            fut = self.broker.submit(*dest.settle_work(msgs))
+            op, finish = dest.settle_work(msgs)
+            op.lazy = frame.get("receipt") is None
+            fut = self.broker.submit(op, finish)
         if frame.get("receipt") is not None:
             await asyncio.shield(fut)
         self.receipt(frame)

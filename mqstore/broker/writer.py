@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +24,9 @@ log = logging.getLogger(__name__)
 
 Done = Callable[[list[int] | None, BaseException | None], None]
 
+#: How long work nobody waits for may wait for company before it is committed alone.
+LINGER_S = 0.002
+
 
 @dataclass(slots=True)
 class Op:
@@ -31,6 +37,9 @@ class Op:
     acks: list[Ack] = field(default_factory=list)
     updates: list[tuple[str, int, bytes]] = field(default_factory=list)
     done: Done | None = None
+    #: Nobody waits for it (an ACK without a receipt): it may linger briefly to share a
+    #: commit, and its fsync, with the next send.
+    lazy: bool = False
 
     @property
     def weight(self) -> int:
@@ -38,26 +47,40 @@ class Op:
 
 
 class StoreWriter:
-    """Runs :class:`Op` s through the store in batches, one batch at a time, in order."""
+    """Runs :class:`Op` s through the store in batches, one batch at a time, in order.
+
+    A dedicated thread takes everything queued, commits it as one batch and hands the results
+    back to the event loop, then at once takes what arrived meanwhile: the loop never waits
+    for a commit, and a commit never waits for the loop (group commit, in order).
+    """
 
     def __init__(self, store: Store, max_batch: int = 1000) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._queue: list[tuple[Op, asyncio.Future[list[int]]]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._queue: deque[tuple[Op, asyncio.Future[list[int]]]] = deque()
+        self._eager = 0  # queued ops someone waits for
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
+        self._finished: asyncio.Event | None = None
         self.batches = 0
         self.ops = 0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
+        self._loop = asyncio.get_running_loop()
+        self._finished = asyncio.Event()
+        self._thread = threading.Thread(target=self._run, name="mqstore-store-writer", daemon=True)
+        self._thread.start()
 
     def submit(self, op: Op) -> asyncio.Future[list[int]]:
         """Queue ``op``; the future gets the IDs of its adds once it is durable."""
-        fut: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._queue.append((op, fut))
-        self._wake.set()
+        assert self._loop is not None, "writer not started"
+        fut: asyncio.Future[list[int]] = self._loop.create_future()
+        with self._cond:
+            self._queue.append((op, fut))
+            self._eager += not op.lazy
+            self._cond.notify()
         return fut
 
     @property
@@ -66,44 +89,67 @@ class StoreWriter:
 
     async def close(self) -> None:
         """Finish every queued op, then stop."""
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._finished is not None and self._thread is not None:
+            await self._finished.wait()
+            await asyncio.to_thread(self._thread.join)
 
-    async def _run(self) -> None:
-        while True:
-            if not self._queue:
+    def _take(self) -> list[tuple[Op, asyncio.Future[list[int]]]] | None:
+        with self._cond:
+            while not self._queue:
                 if self._closing:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
+                    return None
+                self._cond.wait()
+            deadline = time.monotonic() + LINGER_S
+            while not self._eager and not self._closing and len(self._queue) < self.max_batch:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            chunk: list[tuple[Op, asyncio.Future[list[int]]]] = []
+            weight = 0
+            while self._queue and (not chunk or weight < self.max_batch):
+                item = self._queue.popleft()
+                weight += item[0].weight
+                self._eager -= not item[0].lazy
+                chunk.append(item)
+            return chunk
+
+    def _run(self) -> None:
+        assert self._loop is not None and self._finished is not None
+        loop, finished = self._loop, self._finished
+        try:
+            while (chunk := self._take()) is not None:
+                results = self._execute([op for op, _ in chunk])
+                self.batches += 1
+                self.ops += len(chunk)
+                loop.call_soon_threadsafe(self._complete, chunk, results)
+        finally:
+            loop.call_soon_threadsafe(finished.set)
+
+    @staticmethod
+    def _complete(
+        chunk: list[tuple[Op, asyncio.Future[list[int]]]],
+        results: list[list[int] | BaseException],
+    ) -> None:
+        """On the loop: run completions and resolve futures, in submission order."""
+        for (op, fut), res in zip(chunk, results, strict=True):
+            exc = res if isinstance(res, BaseException) else None
+            ids = None if exc is not None else res
+            if op.done is not None:
+                try:
+                    op.done(ids if isinstance(ids, list) else None, exc)
+                except Exception:
+                    log.exception("store completion callback failed")
+            if fut.cancelled():
                 continue
-            take, weight = 0, 0
-            while take < len(self._queue) and (take == 0 or weight < self.max_batch):
-                weight += self._queue[take][0].weight
-                take += 1
-            chunk = self._queue[:take]
-            del self._queue[:take]
-            ops = [op for op, _ in chunk]
-            results = await asyncio.to_thread(self._execute, ops)
-            self.batches += 1
-            self.ops += len(ops)
-            for (op, fut), res in zip(chunk, results, strict=True):
-                exc = res if isinstance(res, BaseException) else None
-                ids = None if exc is not None else res
-                if op.done is not None:
-                    try:
-                        op.done(ids if isinstance(ids, list) else None, exc)
-                    except Exception:
-                        log.exception("store completion callback failed")
-                if fut.cancelled():
-                    continue
-                if exc is not None:
-                    fut.set_exception(exc)
-                    fut.exception()  # mark retrieved: callers may only use ``done``
-                else:
-                    fut.set_result(ids if isinstance(ids, list) else [])
+            if exc is not None:
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved: callers may only use ``done``
+            else:
+                fut.set_result(ids if isinstance(ids, list) else [])
 
     def _execute(self, ops: list[Op]) -> list[list[int] | BaseException]:
         """Worker thread: one merged commit, or op by op when the merged one fails."""
