@@ -231,34 +231,48 @@ class ScratchDatabase:
 class Server:
     """``mqstore serve`` in a child process on a free port."""
 
-    def __init__(self, dsn: str, journal: bool, data_dir: Path) -> None:
+    def __init__(self, dsn: str, journal: bool, data_dir: Path, *, lock: str = "none",
+                 name: str | None = None, wait: bool = True) -> None:  # fmt: skip
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
-        cmd = [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--lock", "none",
+        cmd = [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--lock", lock,
                "--stomp", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir),
                "--log-level", "WARNING"]  # fmt: skip
+        if name:
+            cmd += ["--broker-name", name]
         if not journal:
             cmd.append("--no-journal")
         env = {**os.environ, "MQSTORE_CLEANUP_INTERVAL_S": "0"}
         self.log = (data_dir / "serve.log").open("ab")
         self.process = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while wait and time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"mqstore serve exited; see {data_dir / 'serve.log'}")
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
-            ):
+            if self.serving():
                 return
             time.sleep(0.1)
-        raise TimeoutError("mqstore serve did not start")
+        if wait:
+            raise TimeoutError("mqstore serve did not start")
+
+    def serving(self) -> bool:
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
+        ):
+            return True
+        return False
 
     def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(60)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(60)
         self.log.close()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
 
 
 Result = tuple[str, float, float]
