@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from mqstore import db
+from mqstore.broker import Broker, BrokerConfig
 from mqstore.embedded import EmbeddedPostgres
 from mqstore.errors import ConfigError
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
@@ -110,8 +111,6 @@ def build_store(settings: Settings, engine: Engine, locker: Locker | None = None
 
 def serve(settings: Settings, host: str, port: int) -> None:
     """Run the STOMP broker on the store until SIGTERM/SIGINT, then shut down gracefully."""
-    from mqstore.broker import Broker, BrokerConfig
-
     with open_database(settings) as database:
         if database.embedded is not None:
             from mqstore import migrate
@@ -122,23 +121,23 @@ def serve(settings: Settings, host: str, port: int) -> None:
             signal.signal(sig, lambda *_: stop.set())
         store = build_store(settings, database.engine)
         log.info("waiting for the master lock (%s)", settings.lock)
-        start = store.start
         try:
-            start(stop) if isinstance(store, PostgresStore) else start()
+            if isinstance(store, PostgresStore):
+                store.start(stop)  # a standby waits here until it is master (or SIGTERM)
+            else:
+                store.start()
         except Exception:
             if stop.is_set():
                 return
             raise
         try:
-            asyncio.run(_run_broker(Broker, BrokerConfig, store, host, port, stop))
+            config = BrokerConfig(broker_name=settings.broker_name)
+            asyncio.run(_run_broker(Broker(store, config), host, port, stop))
         finally:
             store.stop()
 
 
-async def _run_broker(
-    broker_cls: type, config_cls: type, store: Store, host: str, port: int, stop: threading.Event
-) -> None:
-    broker = broker_cls(store, config_cls())
+async def _run_broker(broker: Broker, host: str, port: int, stop: threading.Event) -> None:
     await broker.start(host, port)
     log.info("mqstore serving STOMP on %s:%s", host, broker.port)
     print(f"mqstore serving STOMP on {host}:{broker.port}", flush=True)

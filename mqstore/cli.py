@@ -274,12 +274,13 @@ def stats(
             figures = store.stats()
             with database.engine.connect() as conn:
                 lock = read_lock(conn, build_schema(settings.table_prefix))
+        subscriptions = [
+            {"topic": k.container, "client_id": k.client_id, "name": k.sub_name, "backlog": n}
+            for k, n in figures.subscriptions.items()
+        ]
         data = {
             "destinations": figures.destinations,
-            "subscriptions": [
-                {"topic": k.container, "client_id": k.client_id, "name": k.sub_name, "backlog": n}
-                for k, n in figures.subscriptions.items()
-            ],
+            "subscriptions": subscriptions,
             "lock": {"holder": lock.broker_name, "time": lock.time, "state": lock.describe()},
         }
         if as_json:
@@ -294,8 +295,8 @@ def stats(
         subs = Table(title="durable subscriptions")
         for col in ("topic", "client id", "name", "backlog"):
             subs.add_column(col)
-        for sub in data["subscriptions"]:  # type: ignore[attr-defined]
-            subs.add_row(sub["topic"], sub["client_id"], sub["name"], str(sub["backlog"]))
+        for key, backlog in figures.subscriptions.items():
+            subs.add_row(key.container, key.client_id, key.sub_name, str(backlog))
         console.print(subs)
         console.print(f"lock: {lock.describe()}")
 

@@ -4,6 +4,7 @@ Unix socket only."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import warnings
 from pathlib import Path
@@ -33,8 +34,7 @@ class EmbeddedPostgres:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                import pgserver
-
+                pgserver = importlib.import_module("pgserver")
                 self.data_dir.mkdir(parents=True, exist_ok=True)
                 self._server = pgserver.get_server(
                     self.data_dir, cleanup_mode="stop" if self._stop_on_close else None

@@ -180,10 +180,7 @@ def schema_differences(conn: Connection, prefix: str = "") -> list[str]:
             )
         actual_idx = {
             str(i["name"]): (
-                tuple(
-                    _norm_expr(str(c))
-                    for c in (i.get("expressions") or i["column_names"])
-                ),
+                tuple(_norm_expr(str(c)) for c in (i.get("expressions") or i["column_names"])),
                 bool(i["unique"]),
                 _norm_where(i.get("dialect_options", {}).get("postgresql_where")),
             )

@@ -20,7 +20,7 @@ depends_on: str | Sequence[str] | None = None
 
 def _name(base: str) -> str:
     """Table or index name for the configured prefix (ActiveMQ's unquoted names fold to lower)."""
-    return (context.config.attributes["table_prefix"] + base).lower()
+    return str(context.config.attributes["table_prefix"] + base).lower()
 
 
 def upgrade() -> None:
