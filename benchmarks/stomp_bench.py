@@ -33,6 +33,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import stomppy_workloads
 
 BODY = b"x" * 1024
 
@@ -287,7 +290,13 @@ async def bench_mode(
         rates, per_msg = [], []
         for rep in range(args.repeat):
             before = rows()
-            secs = await run_workload(name, port, args.messages, f"bench.{mode}.{name}.{rep}")
+            queue = f"bench.{mode}.{name}.{rep}"
+            if args.client == "stomp.py":
+                secs = await asyncio.to_thread(
+                    stomppy_workloads.run_workload, name, port, args.messages, queue
+                )
+            else:
+                secs = await run_workload(name, port, args.messages, queue)
             n = args.messages if name != "e" else (args.messages // 8) * 8
             if mode == "journaled":
                 await asyncio.sleep(1.5)  # let the checkpoint write what survived
@@ -304,6 +313,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", default="journaled,plain")
     parser.add_argument("--workloads", default="abcde")
+    parser.add_argument(
+        "--client",
+        choices=["stomp.py", "asyncio"],
+        default="stomp.py",
+        help="stomp.py threads (as applications) or the pipelining asyncio client",
+    )
     args = parser.parse_args()
     if not args.dsn:
         parser.error("give --dsn (or set MQSTORE_TEST_DSN)")

@@ -151,7 +151,7 @@ def apply_checkpoint(
     elided = list(state.elided)
     elided_count = state.elided_count
     deleted = 0
-    with pg._tx() as conn:  # the store's write transaction: checks the lock, maps DB errors
+    with pg.transaction() as conn:  # the store's write transaction: checks the lock, maps DB errors
         if state.updates:
             conn.execute(
                 sa.update(msgs)

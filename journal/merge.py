@@ -49,7 +49,7 @@ class DatabaseView:
         self.a = pg.schema.acks.name
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
-        return self.pg._read(fn)  # the store's read helper maps database errors
+        return self.pg.read(fn)  # the store's read helper maps database errors
 
     def _rows(self, sql: str, params: dict[str, object]) -> list[StoredMessage]:
         rows = self._read(lambda c: c.execute(sa.text(sql), params).all())

@@ -199,7 +199,7 @@ class MergedReads:
             "journal_fsyncs": float(jstats.fsyncs),
             "journal_records": float(jstats.records_appended),
             "pending_bytes": float(pending),
-            "last_id": float(self.pg._last_id),
+            "last_id": float(self.pg.stats_last_id()),
             "master": float(self.pg.locker.is_held()),
         }
         return StoreStats(destinations=depths, subscriptions=subs, counters=counters)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,13 +32,17 @@ from journal.records import (
     UpdateMessage,
 )
 from journal.state import PendingState, encode_target
+from journal.support import (
+    JournalBehindDatabaseError,
+    JournalMasterSlaveError,
+    WriterGate,
+    read_journal_id,
+)
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
 from mqstore.errors import (
-    ConfigError,
     DuplicateMessageError,
     MessageNotFoundError,
     StoreClosedError,
-    StoreError,
 )
 from mqstore.store.model import (
     Ack,
@@ -63,85 +66,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _NO_BOUND = 2**63 - 1
 _FIRST = Cursor(10, 0)
-ID_FILE = "journal-id"
-
-
-class JournalMasterSlaveError(ConfigError):
-    """A local journal was combined with a lock that lets other brokers share the tables."""
-
-
-class JournalBehindDatabaseError(StoreError):
-    """The database holds a checkpoint beyond the end of this journal (journal lost or reset)."""
-
-
-class _Gate:
-    """Writers share it; a checkpoint (or XA work) takes it alone. Waiting exclusives win."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._shared = 0
-        self._exclusive = False
-        self._waiting = 0
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._exclusive or self._waiting:
-                self._cond.wait()
-            self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._shared -= 1
-                if not self._shared:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            while self._exclusive or self._shared:
-                self._cond.wait()
-            self._waiting -= 1
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
-
-
-def read_journal_id(directory: Path) -> str:
-    """The journal's UUID, created (durably) on first use."""
-    path = directory / ID_FILE
-    if path.exists():
-        return path.read_text().strip()
-    directory.mkdir(parents=True, exist_ok=True)
-    new = str(uuid.uuid4())
-    tmp = directory / (ID_FILE + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(new + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return new
-
-
-def advance_sequence(pg: PostgresStore, min_last_id: int) -> None:
-    """Make the store's ID sequence continue above ``min_last_id``.
-
-    Uses PostgresStore's documented sequence state (``_seq_lock``/``_last_id``): the journal
-    may hold IDs the database has never seen.
-    """
-    with pg._seq_lock:
-        pg._last_id = max(pg._last_id, min_last_id)
 
 
 class JournaledStore(MergedReads):
@@ -187,7 +111,7 @@ class JournaledStore(MergedReads):
         self._journal: Journal | None = None
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
-        self._gate = _Gate()
+        self._gate = WriterGate()
         self._state = self._new_state()
         self._inflight: dict[int, int] = {}
         self._reserved: set[tuple[str, str, int]] = set()
@@ -266,7 +190,7 @@ class JournaledStore(MergedReads):
                 self._checkpoint_state(position)
         if last is not None and not self._state.empty:
             log.info("journal %s replayed up to %s", self.journal_dir, last)
-        advance_sequence(self.pg, self._state.max_id)
+        self.pg.advance_sequence(self._state.max_id)
 
     def stop(self, *, checkpoint: bool = True) -> None:
         """Final checkpoint, close the journal, stop the database store. Idempotent.
@@ -357,7 +281,7 @@ class JournaledStore(MergedReads):
         self._check_open()
         with self._gate.shared():
             self._check_open()
-            self.pg._check_writable()  # lock held (LockLostError otherwise)
+            self.pg.check_writable()  # lock held (LockLostError otherwise)
             yield
 
     def _append(self, ops: list[Op]) -> int:

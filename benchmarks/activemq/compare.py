@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import stomppy_workloads  # noqa: E402
 from stomp_bench import WORKLOADS, ScratchDatabase, Server, run_workload  # noqa: E402
 
 from tests.interop.activemq_broker import ActiveMQBroker, ActiveMQConfig  # noqa: E402
@@ -66,7 +67,13 @@ async def run_all(
         rates, per = [], []
         for rep in range(args.repeat):
             before = rows()
-            secs = await run_workload(w, port, args.messages, f"cmp.{target}.{w}.{rep}")
+            queue = f"cmp.{target}.{w}.{rep}"
+            if args.client == "stomp.py":
+                secs = await asyncio.to_thread(
+                    stomppy_workloads.run_workload, w, port, args.messages, queue
+                )
+            else:
+                secs = await run_workload(w, port, args.messages, queue)
             n = args.messages if w != "e" else (args.messages // 8) * 8
             if target == "mqs-journal":
                 await asyncio.sleep(1.5)  # let the checkpoint write what survived
@@ -128,6 +135,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--workloads", default="abcde")
+    parser.add_argument("--client", choices=["stomp.py", "asyncio"], default="stomp.py")
     parser.add_argument("--failovers", type=int, default=3, help="0 skips the failover part")
     parser.add_argument("--lease-ms", type=int, default=10_000)
     parser.add_argument("--renew-ms", type=int, default=5_000)

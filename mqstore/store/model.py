@@ -70,6 +70,10 @@ class Cursor:
     id: int
 
 
+#: The cursor before every row: (-10, 0) < (-priority, id) for every priority 0..9.
+FIRST = Cursor(10, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionKey:
     """Identifies a durable subscription: topic container, client id, subscription name."""

@@ -25,6 +25,7 @@ from mqstore.errors import (
 from mqstore.lock import Locker, NoLocker
 from mqstore.statements import statements_for
 from mqstore.store.model import (
+    FIRST,
     Ack,
     Batch,
     Cursor,
@@ -38,13 +39,13 @@ from mqstore.store.model import (
     SubscriptionKey,
     Xid,
 )
-from mqstore.store.validation import check_container, check_messages, check_topic
+from mqstore.store.topics import TopicOperations
+from mqstore.store.validation import check_container, check_messages
 from mqstore.store.xa import XaOperations
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _NO_BOUND = 2**63 - 1
-_FIRST = Cursor(10, 0)  # sorts before every real row: (-10, 0) < (-p, id) for p <= 9
 
 
 def _now_ms() -> int:
@@ -91,6 +92,7 @@ class PostgresStore:
         self._threads: list[threading.Thread] = []
         self._counters: dict[str, float] = {"added": 0, "removed": 0, "acked": 0, "cleaned": 0}
         self.xa = XaOperations(self)
+        self.topics = TopicOperations(self)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -154,7 +156,8 @@ class PostgresStore:
             log.exception("topic cleanup failed")
 
     # ------------------------------------------------------------------ plumbing
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
+        """Raise unless started and holding the master lock."""
         if not self._started:
             raise StoreClosedError("the store is not started (call start() first)")
         if not self.locker.is_held():
@@ -164,23 +167,24 @@ class PostgresStore:
             )
 
     @contextmanager
-    def _tx(self) -> Iterator[Connection]:
-        """A write transaction with database failures turned into store errors."""
-        self._check_writable()
+    def transaction(self) -> Iterator[Connection]:
+        """A fenced write transaction; database failures become store errors."""
+        self.check_writable()
         try:
             with self.engine.begin() as conn:
                 self.locker.fence(conn)
                 yield conn
                 # The lease may have run out (and been taken) while this transaction ran:
                 # then roll back rather than commit beside the new master.
-                self._check_writable()
+                self.check_writable()
         except OperationalError as exc:
             raise DatabaseUnavailableError(
                 describe_connect_error(exc, self.engine.url)
                 + "; nothing of this operation was committed"
             ) from None
 
-    def _read(self, fn: Callable[[Connection], T]) -> T:
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` on a pooled connection; a lost database becomes a store error."""
         try:
             with self.engine.connect() as conn:
                 return fn(conn)
@@ -194,7 +198,16 @@ class PostgresStore:
             self._last_id += count
         return list(range(first, first + count))
 
-    def _bound(self) -> int:
+    def stats_last_id(self) -> int:
+        """The last ID handed out."""
+        return self._last_id
+
+    def advance_sequence(self, min_last_id: int) -> None:
+        """Make the next ID larger than ``min_last_id`` (e.g. IDs found in a journal)."""
+        with self._seq_lock:
+            self._last_id = max(self._last_id, min_last_id)
+
+    def bound(self) -> int:
         """Pages never read past the lowest uncommitted ID (IDs may commit out of order)."""
         with self._seq_lock:
             return min(self._inflight) if self._inflight else _NO_BOUND
@@ -293,7 +306,7 @@ class PostgresStore:
     ) -> int:
         check_container(container)
         removals = [Removal(container, i, outcome) for i in ids]
-        with self._tx() as conn:
+        with self.transaction() as conn:
             count = self.delete_rows(conn, removals)
         self._counters["removed"] += count
         return count
@@ -307,7 +320,7 @@ class PostgresStore:
             with self._seq_lock:
                 self._inflight[ids[0]] = len(ids)
         try:
-            with self._tx() as conn:
+            with self.transaction() as conn:
                 self.insert_rows(conn, self.rows_for(batch.adds, ids, None))
                 removed = self.delete_rows(conn, batch.removes)
                 self.apply_acks(conn, batch.acks)
@@ -321,21 +334,21 @@ class PostgresStore:
         return ids
 
     def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
-        cursor = after or _FIRST
+        cursor = after or FIRST
         params = {
             "container": container,
-            "bound": self._bound(),
+            "bound": self.bound(),
             "neg_priority": -cursor.priority,
             "after_id": cursor.id,
             "limit": limit,
         }
-        rows = self._read(lambda c: c.execute(self.sql.page_queue, params).all())
+        rows = self.read(lambda c: c.execute(self.sql.page_queue, params).all())
         return [StoredMessage.from_row(r) for r in rows]
 
     def get(self, message_id: int) -> StoredMessage | None:
         msgs = self.schema.msgs
         stmt = sa.select(*self._columns()).where(msgs.c.id == message_id)
-        row = self._read(lambda c: c.execute(stmt).first())
+        row = self.read(lambda c: c.execute(stmt).first())
         return StoredMessage.from_row(row) if row else None
 
     def _columns(self) -> list[sa.ColumnElement[object]]:
@@ -360,12 +373,12 @@ class PostgresStore:
         )
         if container is not None:
             stmt = stmt.where(c.container == container)
-        row = self._read(lambda conn: conn.execute(stmt.order_by(c.id).limit(1)).first())
+        row = self.read(lambda conn: conn.execute(stmt.order_by(c.id).limit(1)).first())
         return StoredMessage.from_row(row) if row else None
 
     def update(self, container: str, message_id: int, msg: bytes) -> None:
         c = self.schema.msgs.c
-        with self._tx() as conn:
+        with self.transaction() as conn:
             result = conn.execute(
                 sa.update(self.schema.msgs)
                 .where(c.id == message_id, c.container == container)
@@ -376,7 +389,7 @@ class PostgresStore:
 
     def count(self, container: str) -> int:
         return int(
-            self._read(
+            self.read(
                 lambda c: c.execute(self.sql.count_queue, {"container": container}).scalar_one()
             )
         )
@@ -391,7 +404,7 @@ class PostgresStore:
             total += self.remove(container, [r.id for r in rows], Outcome.PURGED)
 
     def destinations(self) -> list[str]:
-        return sorted(self._read(lambda c: c.execute(self.sql.destinations).scalars().all()))
+        return sorted(self.read(lambda c: c.execute(self.sql.destinations).scalars().all()))
 
     # ------------------------------------------------------------------ durable topics
     def add_subscription(
@@ -402,120 +415,29 @@ class PostgresStore:
         sub_dest: str | None = None,
         retroactive: bool = False,
     ) -> Subscription:
-        check_topic(key.container)
-        existing = self.get_subscription(key)
-        if existing is not None:
-            return existing
-        priorities = range(10) if self._prioritized else (0,)
-        with self._tx() as conn:
-            start = (
-                -1
-                if retroactive
-                else int(
-                    conn.execute(
-                        sa.select(sa.func.coalesce(sa.func.max(self.schema.msgs.c.id), 0))
-                    ).scalar_one()
-                )
-            )
-            conn.execute(
-                sa.insert(self.schema.acks),
-                [
-                    {
-                        "container": key.container,
-                        "client_id": key.client_id,
-                        "sub_name": key.sub_name,
-                        "selector": selector,
-                        "sub_dest": sub_dest or key.container,
-                        "last_acked_id": start,
-                        "priority": p,
-                    }
-                    for p in priorities
-                ],
-            )
-        return Subscription(key, selector, sub_dest or key.container, start)
-
-    def _sub_filter(self, key: SubscriptionKey) -> sa.ColumnElement[bool]:
-        a = self.schema.acks.c
-        return sa.and_(
-            a.container == key.container, a.client_id == key.client_id, a.sub_name == key.sub_name
-        )
+        return self.topics.add(key, selector=selector, sub_dest=sub_dest, retroactive=retroactive)
 
     def get_subscription(self, key: SubscriptionKey) -> Subscription | None:
-        subs = self._subscriptions(self._sub_filter(key))
-        return subs[0] if subs else None
+        return self.topics.get(key)
 
     def subscriptions(self, container: str | None = None) -> list[Subscription]:
-        a = self.schema.acks.c
-        cond = a.container.like("topic://%") if container is None else a.container == container
-        return self._subscriptions(cond)
-
-    def _subscriptions(self, cond: sa.ColumnElement[bool]) -> list[Subscription]:
-        a = self.schema.acks.c
-        stmt = (
-            sa.select(
-                a.container,
-                a.client_id,
-                a.sub_name,
-                sa.func.max(a.selector),
-                sa.func.max(a.sub_dest),
-                sa.func.min(a.last_acked_id),
-            )
-            .where(cond, a.priority < 10)
-            .group_by(a.container, a.client_id, a.sub_name)
-            .order_by(a.container, a.client_id, a.sub_name)
-        )
-        rows = self._read(lambda c: c.execute(stmt).all())
-        return [
-            Subscription(
-                SubscriptionKey(r[0], r[1], r[2]), r[3], r[4], -1 if r[5] is None else int(r[5])
-            )
-            for r in rows
-        ]
+        return self.topics.of_topic(container)
 
     def delete_subscription(self, key: SubscriptionKey) -> None:
-        with self._tx() as conn:
-            conn.execute(sa.delete(self.schema.acks).where(self._sub_filter(key)))
-            # The last subscription gone: its topic's messages are needed by nobody.
-            while True:
-                ids = (
-                    conn.execute(
-                        self.sql.orphan_topic_ids, {"container": key.container, "limit": 5000}
-                    )
-                    .scalars()
-                    .all()
-                )
-                if not ids:
-                    break
-                self._counters["cleaned"] += self.delete_rows(
-                    conn, [Removal(key.container, i) for i in ids]
-                )
+        self.topics.delete(key)
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
-        with self._tx() as conn:
+        with self.transaction() as conn:
             self.apply_acks(conn, acks)
         self._counters["acked"] += len(acks)
 
     def page_subscription(
         self, key: SubscriptionKey, after: Cursor | None, limit: int
     ) -> list[StoredMessage]:
-        cursor = after or _FIRST
-        params = {
-            "container": key.container,
-            "client_id": key.client_id,
-            "sub_name": key.sub_name,
-            "bound": self._bound(),
-            "neg_priority": -cursor.priority,
-            "after_id": cursor.id,
-            "limit": limit,
-        }
-        rows = self._read(lambda c: c.execute(self.sql.page_subscription, params).all())
-        return [StoredMessage.from_row(r) for r in rows]
+        return self.topics.page(key, after, limit)
 
     def pending_count(self, key: SubscriptionKey) -> int:
-        params = {"container": key.container, "client_id": key.client_id, "sub_name": key.sub_name}
-        return int(
-            self._read(lambda c: c.execute(self.sql.count_subscription, params).scalar_one())
-        )
+        return self.topics.pending(key)
 
     # ------------------------------------------------------------------ XA
     def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
@@ -535,7 +457,7 @@ class PostgresStore:
         """Delete acknowledged topic messages, all priorities, in short batches."""
         total = 0
         while not self._stopping.is_set():
-            with self._tx() as conn:
+            with self.transaction() as conn:
                 ids = (
                     conn.execute(self.sql.cleanup_candidates, {"limit": self.cleanup_batch})
                     .scalars()
@@ -550,6 +472,10 @@ class PostgresStore:
         self._counters["cleaned"] += total
         return total
 
+    def count_cleaned(self, rows: int) -> None:
+        """Count topic messages removed because no subscription needs them."""
+        self._counters["cleaned"] += rows
+
     def get_many(self, conn: Connection, ids: Sequence[int]) -> list[StoredMessage]:
         """Rows by ID (any order)."""
         stmt = sa.select(*self._columns()).where(self.schema.msgs.c.id.in_(list(ids)))
@@ -557,14 +483,14 @@ class PostgresStore:
 
     def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
         if remove:
-            with self._tx() as conn:
+            with self.transaction() as conn:
                 rows = [
                     StoredMessage.from_row(r)
                     for r in conn.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
                 ]
                 self.delete_rows(conn, [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows])
             return rows
-        return self._read(
+        return self.read(
             lambda c: [
                 StoredMessage.from_row(r)
                 for r in c.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
@@ -588,7 +514,7 @@ class PostgresStore:
                 },
             )
 
-        return self._read(read)
+        return self.read(read)
 
 
 __all__ = ["PostgresStore"]

@@ -45,7 +45,7 @@ class XaOperations:
             raise TransactionError(f"XA transaction {xid} is already prepared")
         m, a = store.schema.msgs, store.schema.acks
         ids = store.next_ids(len(batch.adds))
-        with store._tx() as conn:
+        with store.transaction() as conn:
             store.insert_rows(conn, store.rows_for(batch.adds, ids, xid.encode("+")))
             for removal in batch.removes:
                 result = conn.execute(
@@ -113,7 +113,7 @@ class XaOperations:
 
     def recover(self) -> list[PreparedTransaction]:
         """Every prepared transaction found in the tables."""
-        found = self.store._read(self._prepared)
+        found = self.store.read(self._prepared)
         return [
             PreparedTransaction(x, tuple(ad), tuple(rm), tuple(ak))
             for x, (ad, rm, ak) in found.items()
@@ -131,7 +131,7 @@ class XaOperations:
         """Adds move to fresh IDs and become visible; removals and acks take effect."""
         store = self.store
         m = store.schema.msgs
-        with store._tx() as conn:
+        with store.transaction() as conn:
             adds, removes, acks = self._take(conn, xid)
             for msg, new_id in zip(adds, store.next_ids(len(adds)), strict=True):
                 conn.execute(sa.update(m).where(m.c.id == msg.id).values(xid=None, id=new_id))
@@ -144,7 +144,7 @@ class XaOperations:
         """Prepared adds vanish (recorded as rolled back); removals and acks are undone."""
         store = self.store
         m = store.schema.msgs
-        with store._tx() as conn:
+        with store.transaction() as conn:
             adds, removes, acks = self._take(conn, xid)
             conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in adds])).values(xid=None))
             store.delete_rows(

@@ -1,0 +1,82 @@
+"""Small parts of the journaled store: its errors, the writers/checkpoint gate, the journal id."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mqstore.errors import ConfigError, StoreError
+
+ID_FILE = "journal-id"
+
+
+class JournalMasterSlaveError(ConfigError):
+    """A local journal was combined with a lock that lets other brokers share the tables."""
+
+
+class JournalBehindDatabaseError(StoreError):
+    """The database holds a checkpoint beyond the end of this journal (journal lost or reset)."""
+
+
+class WriterGate:
+    """Writers share it; a checkpoint (or XA work) takes it alone. Waiting exclusives win."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                if not self._shared:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._exclusive or self._shared:
+                self._cond.wait()
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+def read_journal_id(directory: Path) -> str:
+    """The journal's UUID, created (durably) on first use."""
+    path = directory / ID_FILE
+    if path.exists():
+        return path.read_text().strip()
+    directory.mkdir(parents=True, exist_ok=True)
+    new = str(uuid.uuid4())
+    tmp = directory / (ID_FILE + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(new + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return new

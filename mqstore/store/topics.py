@@ -1,0 +1,154 @@
+"""Durable topic subscriptions on ACTIVEMQ_ACKS, as ActiveMQ's JDBC store keeps them.
+
+One stored copy per topic message; each subscription is one ACKS row (ten in prioritized
+mode, one per priority) whose LAST_ACKED_ID says what it has consumed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from mqstore.store.model import (
+    FIRST,
+    Cursor,
+    Removal,
+    StoredMessage,
+    Subscription,
+    SubscriptionKey,
+)
+from mqstore.store.validation import check_topic
+
+if TYPE_CHECKING:
+    from mqstore.store.postgres import PostgresStore
+
+
+class TopicOperations:
+    """Create, look up, list, delete and page durable subscriptions of a PostgresStore."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    def add(
+        self,
+        key: SubscriptionKey,
+        *,
+        selector: str | None,
+        sub_dest: str | None,
+        retroactive: bool,
+    ) -> Subscription:
+        """Create it (LAST_ACKED_ID = newest ID, or -1 when retroactive), or return it."""
+        check_topic(key.container)
+        existing = self.get(key)
+        if existing is not None:
+            return existing
+        store = self.store
+        priorities = range(10) if store.prioritized else (0,)
+        with store.transaction() as conn:
+            start = (
+                -1
+                if retroactive
+                else int(
+                    conn.execute(
+                        sa.select(sa.func.coalesce(sa.func.max(store.schema.msgs.c.id), 0))
+                    ).scalar_one()
+                )
+            )
+            conn.execute(
+                sa.insert(store.schema.acks),
+                [
+                    {
+                        "container": key.container,
+                        "client_id": key.client_id,
+                        "sub_name": key.sub_name,
+                        "selector": selector,
+                        "sub_dest": sub_dest or key.container,
+                        "last_acked_id": start,
+                        "priority": p,
+                    }
+                    for p in priorities
+                ],
+            )
+        return Subscription(key, selector, sub_dest or key.container, start)
+
+    def _filter(self, key: SubscriptionKey) -> sa.ColumnElement[bool]:
+        a = self.store.schema.acks.c
+        return sa.and_(
+            a.container == key.container, a.client_id == key.client_id, a.sub_name == key.sub_name
+        )
+
+    def get(self, key: SubscriptionKey) -> Subscription | None:
+        """One subscription, or None."""
+        subs = self._select(self._filter(key))
+        return subs[0] if subs else None
+
+    def of_topic(self, container: str | None) -> list[Subscription]:
+        """Every durable subscription, or those of one topic."""
+        a = self.store.schema.acks.c
+        cond = a.container.like("topic://%") if container is None else a.container == container
+        return self._select(cond)
+
+    def _select(self, cond: sa.ColumnElement[bool]) -> list[Subscription]:
+        a = self.store.schema.acks.c
+        stmt = (
+            sa.select(
+                a.container,
+                a.client_id,
+                a.sub_name,
+                sa.func.max(a.selector),
+                sa.func.max(a.sub_dest),
+                sa.func.min(a.last_acked_id),
+            )
+            .where(cond, a.priority < 10)  # PRIORITY 11 marks virtual-topic queues
+            .group_by(a.container, a.client_id, a.sub_name)
+            .order_by(a.container, a.client_id, a.sub_name)
+        )
+        rows = self.store.read(lambda c: c.execute(stmt).all())
+        return [
+            Subscription(
+                SubscriptionKey(r[0], r[1], r[2]), r[3], r[4], -1 if r[5] is None else int(r[5])
+            )
+            for r in rows
+        ]
+
+    def delete(self, key: SubscriptionKey) -> None:
+        """Delete it; once a topic's last subscription is gone its messages go too."""
+        store = self.store
+        with store.transaction() as conn:
+            conn.execute(sa.delete(store.schema.acks).where(self._filter(key)))
+            while True:
+                ids = (
+                    conn.execute(
+                        store.sql.orphan_topic_ids, {"container": key.container, "limit": 5000}
+                    )
+                    .scalars()
+                    .all()
+                )
+                if not ids:
+                    break
+                store.count_cleaned(
+                    store.delete_rows(conn, [Removal(key.container, i) for i in ids])
+                )
+
+    def page(self, key: SubscriptionKey, after: Cursor | None, limit: int) -> list[StoredMessage]:
+        """Pending messages (after the per-priority LAST_ACKED_ID) in delivery order."""
+        cursor = after or FIRST
+        params = {
+            "container": key.container,
+            "client_id": key.client_id,
+            "sub_name": key.sub_name,
+            "bound": self.store.bound(),
+            "neg_priority": -cursor.priority,
+            "after_id": cursor.id,
+            "limit": limit,
+        }
+        sql = self.store.sql.page_subscription
+        rows = self.store.read(lambda c: c.execute(sql, params).all())
+        return [StoredMessage.from_row(r) for r in rows]
+
+    def pending(self, key: SubscriptionKey) -> int:
+        """How many messages the subscription has not acknowledged."""
+        params = {"container": key.container, "client_id": key.client_id, "sub_name": key.sub_name}
+        sql = self.store.sql.count_subscription
+        return int(self.store.read(lambda c: c.execute(sql, params).scalar_one()))
