@@ -61,7 +61,7 @@ def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=False,  # a round trip per checkout; dead connections are invalidated on error
         **kwargs,
     )
 
