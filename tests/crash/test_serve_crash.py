@@ -1,0 +1,137 @@
+"""SIGKILL of ``mqstore serve`` under load: after a restart every receipted message is
+delivered and no acknowledged one comes back (journaled, with nothing checkpointed)."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import stomp
+
+from tests.interop.conftest import MqstoreServer
+
+QUEUE = "/queue/crash.serve"
+
+
+class _Client(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self, port: int) -> None:
+        self.cond = threading.Condition()
+        self.receipts: set[str] = set()
+        self.messages: list[Any] = []
+        self.conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
+        self.conn.set_listener("c", self)
+        self.conn.connect(wait=True)
+
+    def on_receipt(self, frame: Any) -> None:
+        with self.cond:
+            self.receipts.add(frame.headers["receipt-id"])
+            self.cond.notify_all()
+
+    def on_message(self, frame: Any) -> None:
+        with self.cond:
+            self.messages.append(frame)
+            self.cond.notify_all()
+
+    def wait(self, pred: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not pred():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return True
+
+
+def _produce(port: int, tag: str, receipted: list[str], stop: threading.Event) -> None:
+    try:
+        client = _Client(port)
+        for i in range(100_000):
+            if stop.is_set():
+                return
+            body = f"{tag}-m{i}"
+            client.conn.send(QUEUE, body, headers={"persistent": "true"}, receipt=body)
+            if not client.wait(lambda b=body: b in client.receipts, 5):
+                return
+            receipted.append(body)
+    except Exception:  # the server was killed under us
+        return
+
+
+def _consume(port: int, acked: list[str], stop: threading.Event) -> None:
+    try:
+        client = _Client(port)
+        client.conn.subscribe(
+            QUEUE, id="1", ack="client-individual", headers={"activemq.prefetchSize": "10"}
+        )
+        handled = 0
+        while not stop.is_set():
+            if not client.wait(lambda h=handled: len(client.messages) > h, 0.2):
+                continue
+            frame = client.messages[handled]
+            handled += 1
+            if random.random() < 0.7:  # leave some unacknowledged
+                rid = f"ack-{frame.body}"
+                client.conn.ack(frame.headers["ack"], receipt=rid)
+                if not client.wait(lambda r=rid: r in client.receipts, 5):
+                    return
+                acked.append(frame.body)
+    except Exception:
+        return
+
+
+def _drain(port: int) -> list[str]:
+    client = _Client(port)
+    client.conn.subscribe(QUEUE, id="1", ack="auto")
+    seen = -1
+    while seen != len(client.messages):  # until nothing more arrives for 2 s
+        seen = len(client.messages)
+        client.wait(lambda n=seen: len(client.messages) > n, 2.0)
+    bodies = [m.body for m in client.messages]
+    client.conn.disconnect()
+    return bodies
+
+
+def test_sigkill_loses_no_receipted_message_and_resurrects_no_ack(dsn: str, tmp_path: Path) -> None:
+    os.environ["MQSTORE_CHECKPOINT_INTERVAL_MS"] = "600000"  # keep it all in the journal
+    try:
+        rounds = int(os.environ.get("MQSTORE_CRASH_ROUNDS_SERVE", "3"))
+        receipted: list[str] = []
+        acked: list[str] = []
+        for round_no in range(rounds):
+            server = MqstoreServer(
+                dsn, tmp_path / "data", name="crash", journal=True, lock="none"
+            ).start()
+            stop = threading.Event()
+            workers = [
+                threading.Thread(
+                    target=_produce, args=(server.port, f"r{round_no}", receipted, stop)
+                ),
+                threading.Thread(target=_consume, args=(server.port, acked, stop)),
+            ]
+            for w in workers:
+                w.start()
+            time.sleep(random.uniform(1.0, 2.5))
+            server.kill()
+            stop.set()
+            for w in workers:
+                w.join(10)
+            assert receipted, f"round {round_no}: nothing was sent before the kill"
+        server = MqstoreServer(
+            dsn, tmp_path / "data", name="crash", journal=True, lock="none"
+        ).start()
+        try:
+            delivered = _drain(server.port)
+        finally:
+            server.stop()
+    finally:
+        del os.environ["MQSTORE_CHECKPOINT_INTERVAL_MS"]
+    expected = set(receipted) - set(acked)
+    assert acked and expected, "the rounds acknowledged nothing, or everything"
+    assert not set(delivered) & set(acked), "an acknowledged message came back"
+    assert expected <= set(delivered), f"lost: {sorted(expected - set(delivered))[:10]}"
+    assert len(delivered) == len(set(delivered)), "a message was delivered twice"
