@@ -131,7 +131,11 @@ def serve(settings: Settings, host: str, port: int) -> None:
                 return
             raise
         try:
-            config = BrokerConfig(broker_name=settings.broker_name)
+            config = BrokerConfig(
+                broker_name=settings.broker_name,
+                metrics_port=settings.metrics_port,
+                store_usage_limit=settings.store_usage_mb * 1024 * 1024,
+            )
             asyncio.run(_run_broker(Broker(store, config), host, port, stop))
         finally:
             store.stop()

@@ -190,6 +190,9 @@ def serve(
         ),
     ] = False,
     lock: Annotated[str | None, typer.Option(help="lease | row | none [MQSTORE_LOCK]")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus /metrics on this port")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run the STOMP broker on the store (embedded PostgreSQL when no DSN is given)."""
@@ -208,6 +211,7 @@ def serve(
             journal_dir=journal_dir,
             lock=lock,
             journal=False if no_journal else None,
+            metrics_port=metrics_port,
         )
         host, _, port = stomp.rpartition(":")
         if not host or not port.isdigit():

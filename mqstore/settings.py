@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     expiry_batch: int = Field(default=1000, gt=0)
     max_message_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
 
+    metrics_port: int | None = Field(default=None, description="Prometheus /metrics port")
+    store_usage_mb: int = Field(default=0, ge=0, description="persistent producers wait above")
+
     journal: bool = True
     journal_dir: Path | None = None
     journal_sync: str = "always"

@@ -1,0 +1,69 @@
+"""``mqstore serve`` as operators run it: metrics endpoint, SIGTERM, the lease released."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import sqlalchemy as sa
+import stomp
+from sqlalchemy.engine import Engine
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.3):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(log.read_text())
+
+
+def test_metrics_sigterm_and_lease_release(dsn: str, engine: Engine, tmp_path: Path) -> None:
+    stomp_port, metrics_port = _free_port(), _free_port()
+    log = tmp_path / "serve.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--no-journal",
+         "--lock", "lease", "--broker-name", "ops-test", "--stomp", f"127.0.0.1:{stomp_port}",
+         "--metrics-port", str(metrics_port), "--data-dir", str(tmp_path)],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        env={**os.environ, "MQSTORE_LEASE_MS": "4000", "MQSTORE_RENEW_MS": "1000"},
+    )  # fmt: skip
+    try:
+        _wait_port(stomp_port, proc, log)
+        conn = stomp.Connection12([("127.0.0.1", stomp_port)], heartbeats=(0, 0))
+        conn.connect(wait=True)
+        for i in range(3):
+            conn.send("/queue/ops", f"m{i}", headers={"persistent": "true"})
+        conn.disconnect(receipt="bye")
+        with engine.connect() as c:
+            holder = c.execute(sa.text("SELECT broker_name FROM activemq_lock")).scalar()
+        assert holder == "ops-test"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+        assert "queue://ops" in body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with engine.connect() as c:
+        row = c.execute(sa.text("SELECT broker_name, time FROM activemq_lock")).one()
+        depth = c.execute(sa.text("SELECT count(*) FROM activemq_msgs")).scalar()
+    assert tuple(row) == (None, 0), "the lease was not released as ActiveMQ releases it"
+    assert depth == 3
+    assert "passcode" not in log.read_text()
