@@ -143,8 +143,9 @@ def main() -> None:
     if not args.dsn:
         parser.error("give --dsn (or set MQSTORE_TEST_DSN) of a TCP PostgreSQL")
     print(
-        f"# compare: {args.messages} x 1 KiB persistent messages, median of {args.repeat}; "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+        f"# compare: {args.messages} x 1 KiB persistent messages, median of {args.repeat}, "
+        f"{args.client} clients; {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
     )
     results: dict[str, dict[str, tuple[float, float]]] = {}
     for target in args.targets.split(","):
