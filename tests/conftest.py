@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,14 +52,31 @@ def pg_admin_dsn() -> Iterator[str]:
         with PostgresContainer("postgres:15", driver=None) as container:
             yield container.get_connection_url()
         return
+    yield from _throwaway_server()
+
+
+def _throwaway_server() -> Iterator[str]:
+    """PostgreSQL from the binaries the ``pgserver`` package ships, on a free loopback port.
+
+    pgserver initialises the data directory (as its own system user when run as root, since
+    PostgreSQL refuses root); the server is then started on TCP, which ActiveMQ's and
+    Spark's JDBC drivers need.
+    """
     import pgserver
+    from pgserver import _commands
 
     tmp = Path(tempfile.mkdtemp(prefix="mqs-pg-", dir="/tmp"))
-    server = pgserver.get_server(tmp, cleanup_mode="delete")
+    pgserver.get_server(tmp, cleanup_mode="stop").cleanup()  # initdb, then stop
+    user = "pgserver" if os.geteuid() == 0 else None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = f"-h 127.0.0.1 -p {port} -k {tmp} -c fsync=off"
+    _commands.pg_ctl(["-w", "-o", options, "-l", str(tmp / "log"), "start"], pgdata=tmp, user=user)
     try:
-        yield str(server.get_uri())
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        server.cleanup()
+        _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=tmp, user=user)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
