@@ -11,9 +11,14 @@ from mqstore.store.model import StoredMessage
 def _preview(value: Any, width: int = 60) -> str:
     if value is None:
         return ""
+    if isinstance(value, dict) and set(value) == {"hex"}:  # a bytes body, as JSON shows it
+        value = bytes.fromhex(value["hex"])
     if isinstance(value, bytes):
-        text = value[: width // 2].hex() + ("…" if len(value) > width // 2 else "")
-        return f"bytes[{len(value)}] {text}"
+        try:
+            shown = repr(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            shown = value[: width // 2].hex() + ("…" if len(value) > width // 2 else "")
+        return _preview(f"bytes[{len(value)}] {shown}", width)
     text = str(value).replace("\n", "\\n")
     return text if len(text) <= width else text[: width - 1] + "…"
 
