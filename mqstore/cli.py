@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import sqlalchemy as sa
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -278,14 +279,24 @@ def stats(
             figures = store.stats()
             with database.engine.connect() as conn:
                 lock = read_lock(conn, build_schema(settings.table_prefix))
+                jt = build_schema(settings.table_prefix).journal.c
+                applied = conn.execute(
+                    sa.select(jt.segment, jt.position).order_by(jt.updated_at.desc()).limit(1)
+                ).first()
         subscriptions = [
             {"topic": k.container, "client_id": k.client_id, "name": k.sub_name, "backlog": n}
             for k, n in figures.subscriptions.items()
         ]
+        journal = _journal_summary(settings.resolved_journal_dir)
+        if journal is not None:
+            journal["checkpointed_to"] = (
+                f"{applied.segment}:{applied.position}" if applied else None
+            )
         data = {
             "destinations": figures.destinations,
             "subscriptions": subscriptions,
             "lock": {"holder": lock.broker_name, "time": lock.time, "state": lock.describe()},
+            "journal": journal,
         }
         if as_json:
             print(json.dumps(data, indent=2))
@@ -303,8 +314,35 @@ def stats(
             subs.add_row(key.container, key.client_id, key.sub_name, str(backlog))
         console.print(subs)
         console.print(f"lock: {lock.describe()}")
+        if journal is not None:
+            console.print(
+                f"journal {journal['directory']}: {journal['segments']} segment(s), "
+                f"{journal['records']} record(s) kept, applied to the database up to "
+                f"{journal['checkpointed_to']}"
+                + (f", damage: {journal['problem']}" if journal["problem"] else "")
+            )
 
     _run(body)
+
+
+def _journal_summary(directory: Path) -> dict[str, object] | None:
+    """What ``mqstore stats`` says about the local journal, if there is one."""
+    if not directory.is_dir():
+        return None
+    from journal import JournalError, inspect
+
+    try:
+        report = inspect(directory)
+    except JournalError as exc:
+        return {"directory": str(directory), "segments": 0, "records": 0,
+                "last_checkpoint": None, "problem": str(exc)}  # fmt: skip
+    return {
+        "directory": str(directory),
+        "segments": len(report.segments),
+        "records": report.records,
+        "last_checkpoint": str(report.last_checkpoint) if report.last_checkpoint else None,
+        "problem": str(report.problem) if report.problem else None,
+    }
 
 
 @lock_app.command("status")
