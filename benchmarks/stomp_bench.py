@@ -324,7 +324,7 @@ def main() -> None:
         parser.error("give --dsn (or set MQSTORE_TEST_DSN)")
     print(
         f"# stomp_bench: {args.messages} x 1 KiB persistent messages, median of "
-        f"{args.repeat}; mqstore serve in a child process, clients here over loopback"
+        f"{args.repeat}; mqstore serve in a child process, {args.client} clients here"
     )
     print(
         f"# machine: {platform.machine()}, {os.cpu_count()} CPUs, "
