@@ -200,7 +200,7 @@ def test_write_outlasting_the_lease_is_not_committed(engine: Engine) -> None:
     assert locker.try_acquire()
     store = PostgresStore(engine, locker=locker, cleanup_interval_s=0)
     store._started = True  # as started, but with no keeper renewing the lease
-    with pytest.raises(LockLostError), store._tx() as conn:
+    with pytest.raises(LockLostError), store.transaction() as conn:
         conn.execute(sa.text("INSERT INTO activemq_msgs (id, container) VALUES (1, 'queue://q')"))
         time.sleep(0.7)
     assert store.count("queue://q") == 0
