@@ -39,7 +39,7 @@ def spark() -> Iterator[Any]:
             "local[1]", app_name="mqstore-tests", fast_start=True, driver_memory="1g"
         )
     except JdbcJarMissingError as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
     yield session
     session.stop()
 

@@ -153,8 +153,7 @@ def test_html_report_renders_in_headless_chromium(
     spark: Any, activemq_engine: Engine, tmp_path: Path
 ) -> None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+    assert browser is not None, "chromium is not installed: apt-get install chromium"
     _break_things(activemq_engine)
     audit(spark, dsn_of(activemq_engine), tmp_path, now_ms=NOW)
     page = tmp_path / "audit.html"

@@ -23,7 +23,7 @@ from mqstore.openwire import (
 
 from .fixture_data import available, rows
 
-needs_fixture = pytest.mark.skipif(not available(), reason="shared ActiveMQ fixture not found")
+assert available(), "the shared ActiveMQ fixture is missing: put ../shared beside the repository"
 STOMP_PRODUCER = "ID:vm-43775-1795306854999-3:4:-1:1"
 JAVA_PRODUCER = "ID:vm-38831-1795306860829-1:1:1:1"
 
@@ -32,7 +32,6 @@ def _msg(row_id: int) -> bytes:
     return next(r.msg for r in rows() if r.id == row_id)
 
 
-@needs_fixture
 def test_text_message_matches_stomp_row_s1() -> None:
     msg = text_message(
         "stomp text p0",
@@ -49,7 +48,6 @@ def test_text_message_matches_stomp_row_s1() -> None:
     assert encode(msg) == _msg(1)
 
 
-@needs_fixture
 def test_text_message_with_headers_matches_row_s4() -> None:
     msg = text_message(
         "stomp text p4 corr/type/expires",
@@ -67,7 +65,6 @@ def test_text_message_with_headers_matches_row_s4() -> None:
     assert encode(msg) == _msg(4)
 
 
-@needs_fixture
 def test_bytes_message_matches_row_s6() -> None:
     msg = bytes_message(
         bytes.fromhex("00102030405060708090a0b0c0d0e0f000ff"),
@@ -82,7 +79,6 @@ def test_bytes_message_matches_row_s6() -> None:
     assert encode(msg) == _msg(6)
 
 
-@needs_fixture
 def test_typed_properties_match_openwire_row_j1() -> None:
     msg = text_message(
         "ow text p0 typed props",
@@ -105,7 +101,6 @@ def test_typed_properties_match_openwire_row_j1() -> None:
     assert encode(msg) == _msg(12)
 
 
-@needs_fixture
 def test_map_and_stream_messages_match_rows_j5_j6() -> None:
     common = {"destination": "queue://FIXTURE.Q", "producer_id": JAVA_PRODUCER}
     entries = {

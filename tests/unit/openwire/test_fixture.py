@@ -19,7 +19,7 @@ from mqstore.openwire import (
 
 from .fixture_data import Row, available, rows
 
-pytestmark = pytest.mark.skipif(not available(), reason="shared ActiveMQ fixture not found")
+assert available(), "the shared ActiveMQ fixture is missing: put ../shared beside the repository"
 
 _JAVA_TYPES: dict[str, type] = {
     "UTF8Buffer": str,
