@@ -44,7 +44,7 @@ def open_database(settings: Settings) -> Iterator[Database]:
     embedded: EmbeddedPostgres | None = None
     dsn = settings.dsn
     if dsn is None:
-        embedded = EmbeddedPostgres(settings.data_dir)
+        embedded = EmbeddedPostgres(settings.data_dir, stop_on_close=True)
         dsn = embedded.start()
     engine = db.create_engine(dsn)
     database = Database(dsn, engine, embedded)

@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class EmbeddedPostgres:
-    """A local PostgreSQL server in ``data_dir``; reused if it is already running."""
+    """A local PostgreSQL server in ``data_dir``; reused if it is already running, and with
+    ``stop_on_close`` stopped by the last process that used it."""
 
     def __init__(self, data_dir: Path, *, stop_on_close: bool = False) -> None:
         self.data_dir = data_dir.resolve() / "pg"
