@@ -106,15 +106,39 @@ _ARROW_TYPES = {
 def decode_batches(
     batches: Iterator[pa.RecordBatch], msg_col: str, keep_msg: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``)."""
+    """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``).
+
+    Builds the columns directly (one list per field, the properties as one flat key/value
+    map array), which is much cheaper than a dict per row converted field by field.
+    """
+    scalar_names = [n for n in _NAMES if n != "properties"]
     for batch in batches:
-        rows = [decode_msg(b) for b in batch.column(msg_col).to_pylist()]
+        columns: dict[str, list[Any]] = {n: [] for n in scalar_names}
+        appenders = [columns[n].append for n in scalar_names]
+        offsets, keys, items, missing = [0], [], [], []
+        for data in batch.column(msg_col).to_pylist():
+            row = decode_msg(data)
+            for name, add in zip(scalar_names, appenders, strict=True):
+                add(row[name])
+            props = row["properties"]
+            missing.append(props is None)
+            if props:
+                keys.extend(props.keys())
+                items.extend(props.values())
+            offsets.append(len(keys))
         decoded = []
         for name, ddl in DECODED_FIELDS:
-            values = [r[name] for r in rows]
             if name == "properties":
-                values = [None if v is None else list(v.items()) for v in values]
-            decoded.append(pa.array(values, type=_ARROW_TYPES[ddl]))
+                decoded.append(
+                    pa.MapArray.from_arrays(
+                        pa.array(offsets, type=pa.int32()),
+                        pa.array(keys, type=pa.string()),
+                        pa.array(items, type=pa.string()),
+                        mask=pa.array(missing, type=pa.bool_()),
+                    )
+                )
+            else:
+                decoded.append(pa.array(columns[name], type=_ARROW_TYPES[ddl]))
         kept = [f.name for f in batch.schema if keep_msg or f.name != msg_col]
         yield pa.RecordBatch.from_arrays(
             [batch.column(n) for n in kept] + decoded, names=kept + _NAMES
