@@ -15,6 +15,8 @@ from journal.merge import DatabaseView, merge_rows
 from journal.state import PendingState
 from journal.writer import Journal
 from mqstore.store.model import (
+    FIRST,
+    NO_BOUND,
     Cursor,
     StoredMessage,
     StoreStats,
@@ -24,9 +26,6 @@ from mqstore.store.model import (
 from mqstore.store.postgres import PostgresStore
 
 __all__ = ["MergedReads"]
-
-_NO_BOUND = 2**63 - 1
-_FIRST = Cursor(10, 0)
 
 
 class MergedReads:
@@ -45,7 +44,7 @@ class MergedReads:
         raise NotImplementedError
 
     def _bound(self) -> int:
-        return min(self._inflight) if self._inflight else _NO_BOUND
+        return min(self._inflight) if self._inflight else NO_BOUND
 
     def _snapshot(
         self, container: str, after: Cursor, limit: int, floors: dict[int, int] | None = None
@@ -63,7 +62,7 @@ class MergedReads:
             )
 
     def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
-        cursor = after or _FIRST
+        cursor = after or FIRST
         bound, mem, excl, purged, upd = self._snapshot(container, cursor, limit)
         db = [] if purged else self.db.page(container, cursor, limit, bound, excl)
         return merge_rows(db, mem, limit, upd)
@@ -163,7 +162,7 @@ class MergedReads:
         if found is None:
             return []
         floors = found[1]
-        cursor = after or _FIRST
+        cursor = after or FIRST
         bound, mem, excl, purged, upd = self._snapshot(key.container, cursor, limit, floors)
         db = [] if purged else self.db.page(key.container, cursor, limit, bound, excl, floors)
         return merge_rows(db, mem, limit, upd)

@@ -47,7 +47,6 @@ from mqstore.errors import (
 from mqstore.store.model import (
     Ack,
     Batch,
-    Cursor,
     NewMessage,
     Outcome,
     PreparedTransaction,
@@ -64,8 +63,6 @@ __all__ = ["JournalBehindDatabaseError", "JournalMasterSlaveError", "JournaledSt
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_NO_BOUND = 2**63 - 1
-_FIRST = Cursor(10, 0)
 
 
 class JournaledStore(MergedReads):

@@ -7,6 +7,7 @@ Non-durable subscribers get in-memory copies, bounded per subscriber.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -74,8 +75,6 @@ class Topic:
 
     def _dispatch(self) -> None:
         self._scheduled = False
-        import time
-
         now = int(time.time() * 1000)
         for c in self.consumers:
             while c.pending and c.credit() > 0:

@@ -73,6 +73,9 @@ class Cursor:
 #: The cursor before every row: (-10, 0) < (-priority, id) for every priority 0..9.
 FIRST = Cursor(10, 0)
 
+#: An ID bound above every ID (no uncommitted adds hold a page back).
+NO_BOUND = 2**63 - 1
+
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionKey:

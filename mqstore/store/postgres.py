@@ -26,6 +26,7 @@ from mqstore.lock import Locker, NoLocker
 from mqstore.statements import statements_for
 from mqstore.store.model import (
     FIRST,
+    NO_BOUND,
     Ack,
     Batch,
     Cursor,
@@ -45,7 +46,6 @@ from mqstore.store.xa import XaOperations
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_NO_BOUND = 2**63 - 1
 
 
 def _now_ms() -> int:
@@ -210,7 +210,7 @@ class PostgresStore:
     def bound(self) -> int:
         """Pages never read past the lowest uncommitted ID (IDs may commit out of order)."""
         with self._seq_lock:
-            return min(self._inflight) if self._inflight else _NO_BOUND
+            return min(self._inflight) if self._inflight else NO_BOUND
 
     def column_priority(self, jms_priority: int) -> int:
         """The PRIORITY column value: the real priority only in prioritized mode."""

@@ -64,12 +64,7 @@ class XaOperations:
                 prio = store.column_priority(ack.priority)
                 conn.execute(
                     sa.update(a)
-                    .where(
-                        a.c.container == ack.key.container,
-                        a.c.client_id == ack.key.client_id,
-                        a.c.sub_name == ack.key.sub_name,
-                        a.c.priority == prio,
-                    )
+                    .where(*self._ack_row(ack.key, prio))
                     .values(xid=xid.encode("-", ack.message_id, prio))
                 )
         return ids
@@ -153,16 +148,20 @@ class XaOperations:
             conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in removes])).values(xid=None))
             self._clear_ack_xids(conn, acks)
 
+    def _ack_row(self, key: SubscriptionKey, priority: int) -> list[sa.ColumnElement[bool]]:
+        """The ACKS row of one subscription at one PRIORITY."""
+        a = self.store.schema.acks.c
+        return [
+            a.container == key.container,
+            a.client_id == key.client_id,
+            a.sub_name == key.sub_name,
+            a.priority == priority,
+        ]
+
     def _clear_ack_xids(self, conn: Connection, acks: list[Ack]) -> None:
-        a = self.store.schema.acks
         for ack in acks:
             conn.execute(
-                sa.update(a)
-                .where(
-                    a.c.container == ack.key.container,
-                    a.c.client_id == ack.key.client_id,
-                    a.c.sub_name == ack.key.sub_name,
-                    a.c.priority == ack.priority,
-                )
+                sa.update(self.store.schema.acks)
+                .where(*self._ack_row(ack.key, ack.priority))
                 .values(xid=None)
             )
