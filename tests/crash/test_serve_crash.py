@@ -8,53 +8,21 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import stomp
-
+from tests.broker.harness import connect
 from tests.interop.conftest import MqstoreServer
 
 QUEUE = "/queue/crash.serve"
 
 
-class _Client(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self, port: int) -> None:
-        self.cond = threading.Condition()
-        self.receipts: set[str] = set()
-        self.messages: list[Any] = []
-        self.conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
-        self.conn.set_listener("c", self)
-        self.conn.connect(wait=True)
-
-    def on_receipt(self, frame: Any) -> None:
-        with self.cond:
-            self.receipts.add(frame.headers["receipt-id"])
-            self.cond.notify_all()
-
-    def on_message(self, frame: Any) -> None:
-        with self.cond:
-            self.messages.append(frame)
-            self.cond.notify_all()
-
-    def wait(self, pred: Any, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not pred():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(left)
-            return True
-
-
 def _produce(port: int, tag: str, receipted: list[str], stop: threading.Event) -> None:
     try:
-        client = _Client(port)
+        conn, client = connect(port)
         for i in range(100_000):
             if stop.is_set():
                 return
             body = f"{tag}-m{i}"
-            client.conn.send(QUEUE, body, headers={"persistent": "true"}, receipt=body)
+            conn.send(QUEUE, body, headers={"persistent": "true"}, receipt=body)
             if not client.wait(lambda b=body: b in client.receipts, 5):
                 return
             receipted.append(body)
@@ -64,8 +32,8 @@ def _produce(port: int, tag: str, receipted: list[str], stop: threading.Event) -
 
 def _consume(port: int, acked: list[str], stop: threading.Event) -> None:
     try:
-        client = _Client(port)
-        client.conn.subscribe(
+        conn, client = connect(port)
+        conn.subscribe(
             QUEUE, id="1", ack="client-individual", headers={"activemq.prefetchSize": "10"}
         )
         handled = 0
@@ -76,7 +44,7 @@ def _consume(port: int, acked: list[str], stop: threading.Event) -> None:
             handled += 1
             if random.random() < 0.7:  # leave some unacknowledged
                 rid = f"ack-{frame.body}"
-                client.conn.ack(frame.headers["ack"], receipt=rid)
+                conn.ack(frame.headers["ack"], receipt=rid)
                 if not client.wait(lambda r=rid: r in client.receipts, 5):
                     return
                 acked.append(frame.body)
@@ -85,14 +53,14 @@ def _consume(port: int, acked: list[str], stop: threading.Event) -> None:
 
 
 def _drain(port: int) -> list[str]:
-    client = _Client(port)
-    client.conn.subscribe(QUEUE, id="1", ack="auto")
+    conn, client = connect(port)
+    conn.subscribe(QUEUE, id="1", ack="auto")
     seen = -1
     while seen != len(client.messages):  # until nothing more arrives for 2 s
         seen = len(client.messages)
         client.wait(lambda n=seen: len(client.messages) > n, 2.0)
     bodies = [m.body for m in client.messages]
-    client.conn.disconnect()
+    conn.disconnect()
     return bodies
 
 

@@ -65,6 +65,15 @@ def missing_parts() -> list[str]:
     return missing
 
 
+def port_open(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port`` (a master serves)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -219,11 +228,7 @@ class ActiveMQBroker:
         return self
 
     def serving(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.cfg.stomp_port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return port_open(self.cfg.stomp_port)
 
     def wait_serving(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.interop.activemq_broker import ActiveMQBroker, ActiveMQConfig, free_port
+from tests.interop.activemq_broker import ActiveMQBroker, ActiveMQConfig, free_port, port_open
 
 
 class MqstoreServer:
@@ -73,11 +72,7 @@ class MqstoreServer:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def serving(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return port_open(self.port)
 
     def wait_serving(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
