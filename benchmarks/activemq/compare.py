@@ -27,8 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import stomppy_workloads  # noqa: E402
-from stomp_bench import WORKLOADS, ScratchDatabase, Server, run_workload  # noqa: E402
+from stomp_bench import WORKLOADS, ScratchDatabase, Server, bench_mode  # noqa: E402
 
 from tests.interop.activemq_broker import ActiveMQBroker, ActiveMQConfig  # noqa: E402
 
@@ -62,26 +61,9 @@ def start_target(name: str, dsn: str, tmp: Path) -> tuple[int, Callable[[], None
 async def run_all(
     args: argparse.Namespace, target: str, port: int, rows: Callable[[], int]
 ) -> dict[str, tuple[float, float]]:
-    out: dict[str, tuple[float, float]] = {}
-    for w in args.workloads:
-        rates, per = [], []
-        for rep in range(args.repeat):
-            before = rows()
-            queue = f"cmp.{target}.{w}.{rep}"
-            if args.client == "stomp.py":
-                secs = await asyncio.to_thread(
-                    stomppy_workloads.run_workload, w, port, args.messages, queue
-                )
-            else:
-                secs = await run_workload(w, port, args.messages, queue)
-            n = args.messages if w != "e" else (args.messages // 8) * 8
-            if target == "mqs-journal":
-                await asyncio.sleep(1.5)  # let the checkpoint write what survived
-            rates.append(n / secs)
-            per.append((rows() - before) / n)
-        out[w] = (statistics.median(rates), statistics.median(per))
-        print(f"  {target} {w}: {out[w][0]:.0f} msg/s, {out[w][1]:.3f} rows/msg", flush=True)
-    return out
+    """The workloads against one broker: {workload: (msg/s, rows per message)}."""
+    results = await bench_mode(args, target, port, rows, settle=target == "mqs-journal")
+    return {name: (rate, per) for name, rate, per in results}
 
 
 def failover(kind: str, dsn: str, tmp: Path, lease_ms: int, renew_ms: int) -> float:
