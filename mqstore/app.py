@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from mqstore import db
-from mqstore.broker import Broker, BrokerConfig
+from mqstore.broker import Broker, BrokerConfig, eventloop
 from mqstore.embedded import EmbeddedPostgres
 from mqstore.errors import ConfigError
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
@@ -136,7 +136,7 @@ def serve(settings: Settings, host: str, port: int) -> None:
                 metrics_port=settings.metrics_port,
                 store_usage_limit=settings.store_usage_mb * 1024 * 1024,
             )
-            asyncio.run(_run_broker(Broker(store, config), host, port, stop))
+            eventloop.run(_run_broker(Broker(store, config), host, port, stop), settings.event_loop)
         finally:
             store.stop()
 

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
 
     metrics_port: int | None = Field(default=None, description="Prometheus /metrics port")
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto", description="broker event loop; auto: uvloop when installed"
+    )
     store_usage_mb: int = Field(default=0, ge=0, description="persistent producers wait above")
 
     journal: bool = True

@@ -10,7 +10,7 @@ from typing import Any
 
 import stomp
 
-from mqstore.broker import Broker, BrokerConfig
+from mqstore.broker import Broker, BrokerConfig, eventloop
 from mqstore.store.port import Store
 
 
@@ -20,7 +20,7 @@ class BrokerThread:
     def __init__(self, store: Store, config: BrokerConfig | None = None) -> None:
         self.store = store
         self.config = config or BrokerConfig(heartbeat_ms=(0, 0))
-        self.loop = asyncio.new_event_loop()
+        self.loop = eventloop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.broker: Broker | None = None
