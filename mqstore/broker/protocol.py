@@ -73,13 +73,31 @@ class Connection(Handlers):
     def room(self) -> int:
         return self.broker.config.max_pending_frames - self.queued_messages
 
+    def _write_through(self, data: bytes) -> bool:
+        """Write ``data`` at once when nothing is queued and the socket takes it unbuffered.
+
+        Saves a wake-up of the write loop per frame; anything else goes through the queue,
+        which waits for the transport to drain (flow control) and keeps frames in order.
+        """
+        if self._out or self.closing:
+            return False
+        transport = self.writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            return False
+        transport.write(data)
+        return True
+
     def send_message(self, data: bytes) -> None:
+        if self._write_through(data):
+            return
         self.queued_messages += 1
         self._out.append((data, True))
         self._out_event.set()
 
     def send_frame(self, data: bytes) -> None:
         """Queue a control frame (RECEIPT, ERROR, CONNECTED): never subject to the limit."""
+        if self._write_through(data):
+            return
         self._out.append((data, False))
         self._out_event.set()
 
@@ -163,8 +181,11 @@ class Connection(Handlers):
             else:
                 timeout = self.recv_interval * cfg.heartbeat_grace if self.recv_interval else None
             try:
-                async with asyncio.timeout(timeout):
+                if timeout is None:
                     data = await self.reader.read(65536)
+                else:
+                    async with asyncio.timeout(timeout):
+                        data = await self.reader.read(65536)
             except TimeoutError:
                 what = "CONNECT frame" if not self.connected else "heart-beat or frame"
                 self.error(f"no {what} received within {timeout:.1f} s; closing the connection")
