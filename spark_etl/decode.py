@@ -2,14 +2,14 @@
 
 :func:`decode_msg` is the pure per-row function (testable without Spark); a row that
 does not decode gets null fields and ``decode_error`` set instead of failing the job.
-:func:`with_decoded` runs it over Arrow record batches (``mapInArrow``: about twice the
-rows/s of a ``useArrow=True`` UDF or a ``pandas_udf`` returning a struct with a map, as
-no pandas conversion is involved); :func:`decode_column` is the same as a column UDF.
-"""
+:func:`with_decoded` decodes Arrow record batches (``mapInArrow``: no pandas conversion)
+with :func:`decode_columns`, which walks each frame once straight into column lists
+(:mod:`mqstore.openwire.columnar`) and leaves only unusual frames to :func:`decode_msg`;
+:func:`decode_column` is the per-row function as a column UDF."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -17,7 +17,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StructType
 
-from mqstore.openwire import DecodeError, MessageKind, decode, to_plain
+from mqstore.openwire import DecodeError, MessageKind, decode
+from mqstore.openwire.columnar import SUMMARY_FIELDS, property_text, summarize
 
 #: Decoded fields, in order, with their Spark SQL types.
 DECODED_FIELDS: tuple[tuple[str, str], ...] = (
@@ -36,21 +37,8 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
     ("decode_error", "string"),
 )
 _NAMES = [name for name, _ in DECODED_FIELDS]
+assert tuple(_NAMES) == SUMMARY_FIELDS
 _KIND_NAMES = {kind: kind.name.lower() for kind in MessageKind}
-
-
-def property_text(value: Any) -> str | None:
-    """A property value as Java's ``String.valueOf`` would print it (bytes as hex)."""
-    if type(value) is str:
-        return value
-    plain = to_plain(value)
-    if plain is None:
-        return None
-    if isinstance(plain, bool):
-        return "true" if plain else "false"
-    if isinstance(plain, bytes | bytearray):
-        return plain.hex()
-    return str(plain)
 
 
 def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
@@ -103,42 +91,36 @@ _ARROW_TYPES = {
 }
 
 
+def decode_columns(frames: Iterable[bytes | None]) -> list[pa.Array]:
+    """The decoded fields of ``frames`` as Arrow arrays, in :data:`DECODED_FIELDS` order.
+
+    One pass per frame straight into column lists (:func:`mqstore.openwire.summarize`);
+    frames its fast path declines go through :func:`decode_msg`, so the values are the
+    same either way.
+    """
+    cols = summarize(frames, decode_msg)
+    arrays = []
+    for name, ddl in DECODED_FIELDS:
+        if name == "properties":
+            arrays.append(
+                pa.MapArray.from_arrays(
+                    pa.array(cols["prop_offsets"], type=pa.int32()),
+                    pa.array(cols["prop_keys"], type=pa.string()),
+                    pa.array(cols["prop_values"], type=pa.string()),
+                    mask=pa.array(cols["prop_null"], type=pa.bool_()),
+                )
+            )
+        else:
+            arrays.append(pa.array(cols[name], type=_ARROW_TYPES[ddl]))
+    return arrays
+
+
 def decode_batches(
     batches: Iterator[pa.RecordBatch], msg_col: str, keep_msg: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``).
-
-    Builds the columns directly (one list per field, the properties as one flat key/value
-    map array), which is much cheaper than a dict per row converted field by field.
-    """
-    scalar_names = [n for n in _NAMES if n != "properties"]
+    """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``)."""
     for batch in batches:
-        columns: dict[str, list[Any]] = {n: [] for n in scalar_names}
-        appenders = [columns[n].append for n in scalar_names]
-        offsets, keys, items, missing = [0], [], [], []
-        for data in batch.column(msg_col).to_pylist():
-            row = decode_msg(data)
-            for name, add in zip(scalar_names, appenders, strict=True):
-                add(row[name])
-            props = row["properties"]
-            missing.append(props is None)
-            if props:
-                keys.extend(props.keys())
-                items.extend(props.values())
-            offsets.append(len(keys))
-        decoded = []
-        for name, ddl in DECODED_FIELDS:
-            if name == "properties":
-                decoded.append(
-                    pa.MapArray.from_arrays(
-                        pa.array(offsets, type=pa.int32()),
-                        pa.array(keys, type=pa.string()),
-                        pa.array(items, type=pa.string()),
-                        mask=pa.array(missing, type=pa.bool_()),
-                    )
-                )
-            else:
-                decoded.append(pa.array(columns[name], type=_ARROW_TYPES[ddl]))
+        decoded = decode_columns(batch.column(msg_col).to_pylist())
         kept = [f.name for f in batch.schema if keep_msg or f.name != msg_col]
         yield pa.RecordBatch.from_arrays(
             [batch.column(n) for n in kept] + decoded, names=kept + _NAMES
@@ -166,7 +148,9 @@ __all__ = [
     "DECODED_FIELDS",
     "decode_batches",
     "decode_column",
+    "decode_columns",
     "decode_msg",
     "decoded_type",
+    "property_text",
     "with_decoded",
 ]
