@@ -40,11 +40,17 @@ class JdbcSource:
         return table_name(self.prefix, base)
 
     def options(self) -> dict[str, str]:
-        """Reader options shared by every read."""
+        """Reader options shared by every read.
+
+        ``prepareThreshold=-1`` makes pgjdbc use the binary protocol from the first
+        execution: ``bytea`` then arrives as raw bytes instead of hex text (the ``MSG``
+        read is about twice as fast).
+        """
         return {
             "url": self.url,
             "driver": "org.postgresql.Driver",
             "fetchsize": str(self.fetchsize),
+            "prepareThreshold": "-1",
             **self.properties,
         }
 
