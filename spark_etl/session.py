@@ -66,6 +66,9 @@ def local_conf(master: str, jar: str, *, fast_start: bool, driver_memory: str) -
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.sources.partitionOverwriteMode": "static",
+        # Partitioned writes (destination/date) keep one open file per partition instead
+        # of sorting every row by partition first (which spills wide rows to disk).
+        "spark.sql.maxConcurrentOutputFileWriters": "64",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
     }
