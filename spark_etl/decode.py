@@ -9,10 +9,11 @@ with :func:`decode_columns`, which walks each frame once straight into column li
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StructType
@@ -91,14 +92,22 @@ _ARROW_TYPES = {
 }
 
 
-def decode_columns(frames: Iterable[bytes | None]) -> list[pa.Array]:
-    """The decoded fields of ``frames`` as Arrow arrays, in :data:`DECODED_FIELDS` order.
+def decode_columns(msgs: pa.Array) -> list[pa.Array]:
+    """The decoded fields of a binary array of ``MSG`` values, in :data:`DECODED_FIELDS` order.
 
-    One pass per frame straight into column lists (:func:`mqstore.openwire.summarize`);
+    One pass per frame straight into column lists (:mod:`mqstore.openwire.columnar`);
     frames its fast path declines go through :func:`decode_msg`, so the values are the
-    same either way.
+    same either way. Text bodies are copied from ``msgs`` into the string column by
+    Arrow, never made into Python strings, when they are plain UTF-8.
     """
-    cols = summarize(frames, decode_msg)
+    if msgs.type != pa.binary():
+        msgs = msgs.cast(pa.binary())
+    frames = msgs.to_pylist()
+    cols = summarize(frames, decode_msg, text_spans=True)
+    text = _span_text(msgs, cols)
+    if text is None:  # a body that is not plain UTF-8: decode them all in Python
+        cols = summarize(frames, decode_msg)
+        text = pa.array(cols["text"], type=pa.string())
     arrays = []
     for name, ddl in DECODED_FIELDS:
         if name == "properties":
@@ -110,9 +119,50 @@ def decode_columns(frames: Iterable[bytes | None]) -> list[pa.Array]:
                     mask=pa.array(cols["prop_null"], type=pa.bool_()),
                 )
             )
+        elif name == "text":
+            arrays.append(text)
         else:
             arrays.append(pa.array(cols[name], type=_ARROW_TYPES[ddl]))
     return arrays
+
+
+def _span_text(msgs: pa.Array, cols: dict[str, list[Any]]) -> pa.Array | None:
+    """The text column from the ``text_at``/``text_len`` spans into ``msgs`` (plus the
+    texts the slow path decoded); None unless every span is UTF-8 without NUL bytes or
+    4-byte sequences (where modified UTF-8 and UTF-8 agree)."""
+    n = len(msgs)
+    offsets = pa.Int32Array.from_buffers(
+        pa.int32(), n, [None, msgs.buffers()[1]], offset=msgs.offset
+    )
+    at = pa.array(cols["text_at"], type=pa.int32())
+    lengths = pa.array(cols["text_len"], type=pa.int32())
+    valid = pc.greater_equal(at, 0)
+    data = msgs.buffers()[2]
+    values = pa.UInt8Array.from_buffers(pa.uint8(), 0 if data is None else len(data), [None, data])
+    spans = pa.ListViewArray.from_arrays(
+        pc.if_else(valid, pc.add(offsets, at), 0), lengths, values, mask=pc.invert(valid)
+    )
+    flat = pc.list_flatten(spans)
+    if len(flat):
+        low, high = pc.min_max(flat).values()
+        if low.as_py() == 0 or high.as_py() >= 0xF0:
+            return None
+    text = pa.StringArray.from_buffers(
+        n,
+        pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)]).buffers()[1],
+        flat.buffers()[1] if flat.offset == 0 else flat.buffers()[1].slice(flat.offset),
+        valid.buffers()[1],
+    )
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    decoded = cols["text"]
+    mask = [t is not None for t in decoded]
+    if any(mask):
+        replacements = pa.array([t for t in decoded if t is not None], type=pa.string())
+        text = pc.replace_with_mask(text, pa.array(mask, type=pa.bool_()), replacements)
+    return text
 
 
 def decode_batches(
@@ -120,7 +170,7 @@ def decode_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``)."""
     for batch in batches:
-        decoded = decode_columns(batch.column(msg_col).to_pylist())
+        decoded = decode_columns(batch.column(msg_col))
         kept = [f.name for f in batch.schema if keep_msg or f.name != msg_col]
         yield pa.RecordBatch.from_arrays(
             [batch.column(n) for n in kept] + decoded, names=kept + _NAMES

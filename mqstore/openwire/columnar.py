@@ -324,6 +324,8 @@ _MEMO = 8
 def summarize(
     frames: Iterable[bytes | None],
     slow: Callable[[bytes], Mapping[str, Any]],
+    *,
+    text_spans: bool = False,
 ) -> dict[str, list[Any]]:
     """Summary columns of ``frames`` (see :data:`SUMMARY_FIELDS`), one entry per frame.
 
@@ -331,6 +333,12 @@ def summarize(
     ``prop_keys``, ``prop_values`` and ``prop_null`` (the map is null). A ``None`` frame
     gives nulls everywhere. ``slow(frame)`` must return a mapping with every field for
     the frames the fast path declines (its ``properties``: a dict of text or None).
+
+    With ``text_spans`` a TextMessage body is not decoded: ``text`` stays None and
+    ``text_at``/``text_len`` give where its bytes are in the frame (``text_at`` is -1
+    where ``text`` holds the value). Those bytes are not checked: they decode to the
+    same string as modified UTF-8 only if they are valid UTF-8 without NUL bytes or
+    4-byte sequences; if not, the caller must summarize those frames again without.
     """
     kinds: list[str | None] = []
     ids: list[str | None] = []
@@ -342,6 +350,8 @@ def summarize(
     redeliv: list[int | None] = []
     origs: list[str | None] = []
     texts: list[str | None] = []
+    text_at: list[int] = []
+    text_len: list[int] = []
     sizes: list[int | None] = []
     errors: list[str | None] = []
     offsets = [0]
@@ -363,8 +373,11 @@ def summarize(
                 col.append(None)
             nulls.append(True)
             offsets.append(nprops)
+            text_at.append(-1)
+            text_len.append(0)
             continue
         data = frame if type(frame) is bytes else bytes(frame)
+        at = -1
         try:
             n = len(data)
             size, type_byte, _, rr = _HEAD(data, 0)
@@ -439,6 +452,9 @@ def summarize(
                         text = None
                     elif tlen < 0 or tlen > clen - 4:
                         raise _SlowError
+                    elif text_spans:
+                        text = None
+                        at = content + 4
                     else:
                         raw = data[content + 4 : content + 4 + tlen]
                         text = (
@@ -457,6 +473,8 @@ def summarize(
             for col, name in zip(columns, SUMMARY_FIELDS, strict=False):
                 col.append(row[name])
             texts.append(row["text"])
+            text_at.append(-1)
+            text_len.append(0)
             sizes.append(row["body_size"])
             errors.append(row["decode_error"])
             found = row["properties"]
@@ -477,6 +495,8 @@ def summarize(
         redeliv.append(redelivery)
         origs.append(orig)
         texts.append(text)
+        text_at.append(at)
+        text_len.append(tlen if at >= 0 else 0)
         sizes.append(clen if clen >= 0 else 0)
         errors.append(None)
         nulls.append(False)
@@ -484,6 +504,7 @@ def summarize(
         offsets.append(nprops)
     result: dict[str, list[Any]] = dict(zip(SUMMARY_FIELDS[:9], columns, strict=True))
     result.update(text=texts, body_size=sizes, decode_error=errors)
+    result.update(text_at=text_at, text_len=text_len)
     result.update(prop_offsets=offsets, prop_keys=keys, prop_values=values, prop_null=nulls)
     return result
 

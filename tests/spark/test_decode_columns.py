@@ -38,7 +38,7 @@ from mqstore.openwire import (
     text_message,
 )
 from mqstore.openwire.columnar import SUMMARY_FIELDS, summarize
-from spark_etl.decode import decode_batches, decode_msg
+from spark_etl.decode import decode_batches, decode_columns, decode_msg
 from tests.unit.openwire.fixture_data import available, rows
 from tests.unit.openwire.strategies import messages
 
@@ -216,3 +216,38 @@ def test_decode_batches_builds_the_same_columns() -> None:
         props = row.pop("properties")
         assert (dict(props) if props is not None else None) == want.pop("properties")
         assert {k: row[k] for k in want} == want
+
+
+def _decoded_rows(msgs: pa.Array) -> list[dict[str, Any]]:
+    names = [name for name in SUMMARY_FIELDS]
+    table = pa.Table.from_arrays(decode_columns(msgs), names=names)
+    rows = table.to_pylist()
+    for row in rows:
+        if row["properties"] is not None:
+            row["properties"] = dict(row["properties"])
+    return rows
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["plain", "ünï €", ""],  # ASCII and UTF-8 bodies come straight from the frames
+        ["a", "nul \x00 inside", "b"],  # C0 80 in modified UTF-8: decoded in Python
+        ["a", "pair 😀", "b"],  # a surrogate pair (CESU-8)
+        [None, None],
+        ["a", "raw NUL"],  # a raw NUL byte is not modified UTF-8: decode_error
+    ],
+)
+def test_decode_columns_text_column(texts: list[str | None]) -> None:
+    frames: list[bytes | None] = [_text(text=t) for t in texts]
+    frames += [None, b"bad", encode(map_message({"k": JInt(1)}, **_ids({})))]
+    frames.append(encode(text_message("zipped", **_ids({"compress": True}))))
+    frames.append(_text(text="tail"))
+    if "raw NUL" in texts:
+        frames = [f.replace(b"raw NUL", b"raw\x00NUL") if f else f for f in frames]
+    want = [decode_msg(f) for f in frames]
+    msgs = pa.array([b"pad", *frames], pa.binary())[1:]  # a slice: non-zero offset
+    assert _decoded_rows(msgs) == want
+    assert _decoded_rows(pa.array(frames, pa.large_binary())) == want
+    assert _decoded_rows(pa.array([None, None], pa.binary())) == [decode_msg(None)] * 2
+    assert _decoded_rows(pa.array([], pa.binary())) == []
