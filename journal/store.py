@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from journal.admission import Admission, Claims, Key
 from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
 from journal.format import Position
 from journal.merge import DatabaseView
@@ -39,11 +40,7 @@ from journal.support import (
     read_journal_id,
 )
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
-from mqstore.errors import (
-    DuplicateMessageError,
-    MessageNotFoundError,
-    StoreClosedError,
-)
+from mqstore.errors import MessageNotFoundError, StoreClosedError
 from mqstore.store.model import (
     Ack,
     Batch,
@@ -111,9 +108,6 @@ class JournaledStore(MergedReads):
         self._gate = WriterGate()
         self._state = self._new_state()
         self._inflight: dict[int, int] = {}
-        self._reserved: set[tuple[str, str, int]] = set()
-        self._ceiling: dict[tuple[str, str], int] = {}  # highest MSGID_SEQ seen per producer
-        self._claimed: set[int] = set()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,6 +118,7 @@ class JournaledStore(MergedReads):
         self._ckpt_ms: list[float] = []
         self._last_position = Position(0, 0)
         self.db = DatabaseView(pg)
+        self._admission = Admission(self.db, self._lock, lambda: self._state)
 
     def _new_state(self) -> PendingState:
         return PendingState(keep_history=self.pg.history, keep_bodies=self.pg.history_bodies)
@@ -298,74 +293,6 @@ class JournaledStore(MergedReads):
             self._inflight[ids[0]] = count
         return ids
 
-    def _reserve(self, adds: Sequence[NewMessage]) -> list[tuple[str, str, int]]:
-        keys = [(m.container, m.msgid_prod, m.msgid_seq) for m in adds]
-        found = self.db.existing_keys(self._maybe_stored(keys))
-        with self._lock:
-            state = self._state
-            for key in keys:
-                hit = found.get(key)
-                if (
-                    key in state.keys
-                    or key in self._reserved
-                    or (hit is not None and not state.hides(hit, key[0]))
-                ):
-                    raise DuplicateMessageError(
-                        "a message with the same JMS message id is already stored in that "
-                        f"destination ({key[1]}:{key[2]} in {key[0]}); nothing was added"
-                    )
-            self._reserved.update(keys)
-            for container, prod, seq in keys:
-                pair = (container, prod)
-                self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
-        return keys
-
-    def _maybe_stored(self, keys: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
-        """The keys that could already be in the database.
-
-        Only this store writes, so a producer's sequence above the highest one it has seen
-        for that (container, producer) -- in the database or written since -- cannot be a
-        duplicate: one query per new producer instead of one per write.
-        """
-        with self._lock:
-            unknown = list({(c, p) for c, p, _ in keys if (c, p) not in self._ceiling})
-        if unknown:
-            found = self.db.max_sequences(unknown)
-            with self._lock:
-                if len(self._ceiling) > 100_000:
-                    self._ceiling.clear()  # bounded memory; a miss only costs a query
-                for pair, seq in found.items():
-                    self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
-        with self._lock:
-            return [k for k in keys if k[2] <= self._ceiling.get((k[0], k[1]), 2**63 - 1)]
-
-    def _claim(self, removes: Sequence[Removal]) -> dict[tuple[str, Outcome], list[int]]:
-        """Decide which removals hit a stored message; claim those IDs."""
-        with self._lock:
-            state = self._state
-            unknown = [
-                r.id
-                for r in removes
-                if r.id not in state.adds and not state.hides(r.id, r.container)
-            ]
-        in_db = self.db.visible(unknown) if unknown else {}
-        out: dict[tuple[str, Outcome], list[int]] = {}
-        with self._lock:
-            state = self._state
-            for r in removes:
-                msg = state.adds.get(r.id)
-                stored = (
-                    msg.container == r.container
-                    if msg is not None
-                    else in_db.get(r.id) == r.container and not state.hides(r.id, r.container)
-                )
-                if stored and r.id not in self._claimed:
-                    self._claimed.add(r.id)
-                    out.setdefault((r.container, r.outcome or Outcome.ACKNOWLEDGED), []).append(
-                        r.id
-                    )
-        return out
-
     def _write(
         self, adds: Sequence[NewMessage], removes: Sequence[Removal], acks: Sequence[Ack]
     ) -> tuple[list[int], int]:
@@ -376,11 +303,11 @@ class JournaledStore(MergedReads):
             self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds))
         with self._writing():
             ids = self._assign(len(adds)) if adds else []
-            keys: list[tuple[str, str, int]] = []
-            claimed: dict[tuple[str, Outcome], list[int]] = {}
+            keys: list[Key] = []
+            claimed: Claims = {}
             try:
-                keys = self._reserve(adds) if adds else []
-                claimed = self._claim(removes) if removes else {}
+                keys = self._admission.reserve(adds) if adds else []
+                claimed = self._admission.claim(removes) if removes else {}
                 col = self.pg.column_priority
                 ops: list[Op] = [
                     AddMessage(
@@ -410,12 +337,10 @@ class JournaledStore(MergedReads):
                 ]
                 removed = self._append(ops) if ops else 0
             finally:
-                with self._lock:
-                    if ids:
+                if ids:
+                    with self._lock:
                         self._inflight.pop(ids[0], None)
-                    self._reserved.difference_update(keys)
-                    for group in claimed.values():
-                        self._claimed.difference_update(group)
+                self._admission.release(keys, claimed)
         self._counters["added"] += len(ids)
         self._counters["removed"] += removed
         self._counters["acked"] += len(acks)

@@ -1,0 +1,114 @@
+"""Which writes of the journaled store may go ahead, decided before they are journaled.
+
+A new message is refused when its (destination, producer, sequence) is already stored --
+in the pending state, reserved by a write in flight, or in the database -- as the unique
+index would refuse it there. A removal is claimed by exactly one write, and only when it
+hits a message that is stored (pending or visible in the database). Reservations and
+claims last until the write that made them is applied (:meth:`Admission.release`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from journal.merge import DatabaseView
+from journal.state import PendingState
+from mqstore.errors import DuplicateMessageError
+from mqstore.store.model import NewMessage, Outcome, Removal
+
+Key = tuple[str, str, int]  # (container, MSGID_PROD, MSGID_SEQ)
+Claims = dict[tuple[str, Outcome], list[int]]
+
+#: Producers whose highest sequence is remembered; past it the memory starts over.
+MAX_CEILINGS = 100_000
+
+
+class Admission:
+    """Duplicate checks and removal claims; ``lock`` is the store's own state lock."""
+
+    def __init__(
+        self, db: DatabaseView, lock: threading.Lock, state: Callable[[], PendingState]
+    ) -> None:
+        self.db = db
+        self._lock = lock
+        self._state = state
+        self._reserved: set[Key] = set()
+        self._ceiling: dict[tuple[str, str], int] = {}  # highest MSGID_SEQ seen per producer
+        self._claimed: set[int] = set()
+
+    def reserve(self, adds: Sequence[NewMessage]) -> list[Key]:
+        """Reserve the adds' keys; raises :class:`DuplicateMessageError` if one is taken."""
+        keys = [(m.container, m.msgid_prod, m.msgid_seq) for m in adds]
+        found = self.db.existing_keys(self._maybe_stored(keys))
+        with self._lock:
+            state = self._state()
+            for key in keys:
+                hit = found.get(key)
+                if (
+                    key in state.keys
+                    or key in self._reserved
+                    or (hit is not None and not state.hides(hit, key[0]))
+                ):
+                    raise DuplicateMessageError(
+                        "a message with the same JMS message id is already stored in that "
+                        f"destination ({key[1]}:{key[2]} in {key[0]}); nothing was added"
+                    )
+            self._reserved.update(keys)
+            for container, prod, seq in keys:
+                pair = (container, prod)
+                self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
+        return keys
+
+    def _maybe_stored(self, keys: list[Key]) -> list[Key]:
+        """The keys that could already be in the database.
+
+        Only this store writes, so a producer's sequence above the highest one it has seen
+        for that (container, producer) -- in the database or written since -- cannot be a
+        duplicate: one query per new producer instead of one per write.
+        """
+        with self._lock:
+            unknown = list({(c, p) for c, p, _ in keys if (c, p) not in self._ceiling})
+        if unknown:
+            found = self.db.max_sequences(unknown)
+            with self._lock:
+                if len(self._ceiling) > MAX_CEILINGS:
+                    self._ceiling.clear()  # bounded memory; a miss only costs a query
+                for pair, seq in found.items():
+                    self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
+        with self._lock:
+            return [k for k in keys if k[2] <= self._ceiling.get((k[0], k[1]), 2**63 - 1)]
+
+    def claim(self, removes: Sequence[Removal]) -> Claims:
+        """Decide which removals hit a stored message; claim those IDs, by outcome."""
+        with self._lock:
+            state = self._state()
+            unknown = [
+                r.id
+                for r in removes
+                if r.id not in state.adds and not state.hides(r.id, r.container)
+            ]
+        in_db = self.db.visible(unknown) if unknown else {}
+        out: Claims = {}
+        with self._lock:
+            state = self._state()
+            for r in removes:
+                msg = state.adds.get(r.id)
+                stored = (
+                    msg.container == r.container
+                    if msg is not None
+                    else in_db.get(r.id) == r.container and not state.hides(r.id, r.container)
+                )
+                if stored and r.id not in self._claimed:
+                    self._claimed.add(r.id)
+                    out.setdefault((r.container, r.outcome or Outcome.ACKNOWLEDGED), []).append(
+                        r.id
+                    )
+        return out
+
+    def release(self, keys: list[Key], claims: Claims) -> None:
+        """Forget a write's reservations and claims (it was applied, or it failed)."""
+        with self._lock:
+            self._reserved.difference_update(keys)
+            for group in claims.values():
+                self._claimed.difference_update(group)
