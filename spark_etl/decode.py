@@ -9,6 +9,7 @@ with :func:`decode_columns`, which walks each frame once straight into column li
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,34 +136,28 @@ def _span_text(msgs: pa.Array, cols: dict[str, list[Any]]) -> pa.Array | None:
         pa.int32(), n, [None, msgs.buffers()[1]], offset=msgs.offset
     )
     at = pa.array(cols["text_at"], type=pa.int32())
-    lengths = pa.array(cols["text_len"], type=pa.int32())
+    lengths = cols["text_len"]
     valid = pc.greater_equal(at, 0)
     data = msgs.buffers()[2]
-    values = pa.UInt8Array.from_buffers(pa.uint8(), 0 if data is None else len(data), [None, data])
-    spans = pa.ListViewArray.from_arrays(
-        pc.if_else(valid, pc.add(offsets, at), 0), lengths, values, mask=pc.invert(valid)
-    )
-    flat = pc.list_flatten(spans)
-    if len(flat):
-        low, high = pc.min_max(flat).values()
+    frames = memoryview(b"" if data is None else data)
+    starts = pc.add(offsets, at).to_pylist()  # lengths are 0 where there is no span
+    spans = [frames[a : a + k] for a, k in zip(starts, lengths, strict=True)]
+    joined = pa.py_buffer(b"".join(spans))
+    if joined.size:
+        as_bytes = pa.UInt8Array.from_buffers(pa.uint8(), joined.size, [None, joined])
+        low, high = pc.min_max(as_bytes).values()
         if low.as_py() == 0 or high.as_py() >= 0xF0:
             return None
-    text = pa.StringArray.from_buffers(
-        n,
-        pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)]).buffers()[1],
-        flat.buffers()[1] if flat.offset == 0 else flat.buffers()[1].slice(flat.offset),
-        valid.buffers()[1],
-    )
+    ends = pa.array(itertools.accumulate(lengths, initial=0), type=pa.int32())
+    text = pa.StringArray.from_buffers(n, ends.buffers()[1], joined, valid.buffers()[1])
     try:
         text.validate(full=True)
     except pa.ArrowInvalid:
         return None
     decoded = cols["text"]
-    mask = [t is not None for t in decoded]
-    if any(mask):
-        replacements = pa.array([t for t in decoded if t is not None], type=pa.string())
-        text = pc.replace_with_mask(text, pa.array(mask, type=pa.bool_()), replacements)
-    return text
+    if decoded.count(None) == n:
+        return text
+    return pc.if_else(valid, text, pa.array(decoded, type=pa.string()))
 
 
 def decode_batches(
