@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from typing import Any
 
 from mqstore.openwire import JInt, JLong, decode, encode, text_message
+from mqstore.openwire.columnar import summarize
 
 
 def _frames(count: int) -> list[bytes]:
@@ -70,6 +72,15 @@ def main() -> None:
             m.properties  # noqa: B018
             m.text  # noqa: B018
 
+    def declined(frame: bytes) -> dict[str, Any]:
+        raise AssertionError("every benchmark frame takes the columnar fast path")
+
+    def columns_text() -> None:
+        summarize(frames, declined)
+
+    def columns_spans() -> None:
+        summarize(frames, declined, text_spans=True)
+
     def encode_all() -> None:
         for m in messages:
             encode(m)
@@ -78,13 +89,15 @@ def main() -> None:
         ("decode (eager: headers + properties + text)", decode_all),
         ("decode (lazy: headers only)", decode_lazy),
         ("decode lazy, then read properties + text", decode_views),
+        ("summarize (columnar: headers, properties, text)", columns_text),
+        ("summarize, text left as spans (Spark path)", columns_spans),
         ("encode", encode_all),
     ]
     print(f"{len(frames[0])}-byte frames, 1 KiB text body, 5 properties, best of {args.seconds}s")
-    print(f"{'case':<46} {'msgs/s':>10} {'us/msg':>8}")
+    print(f"{'case':<50} {'msgs/s':>10} {'us/msg':>8}")
     for name, fn in cases:
         rate = _rate(fn, n, args.seconds)
-        print(f"{name:<46} {rate:>10,.0f} {1e6 / rate:>8.1f}")
+        print(f"{name:<50} {rate:>10,.0f} {1e6 / rate:>8.1f}")
 
 
 if __name__ == "__main__":
