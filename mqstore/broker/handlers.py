@@ -49,6 +49,7 @@ class Handlers:
 
     def send_frame(self, data: bytes) -> None: ...  # provided by Connection
     def receipt(self, frame: Frame) -> None: ...
+    def wake_writer(self) -> None: ...
     def error(self, message: str, frame: Frame | None = None, detail: str = "") -> None: ...
 
     async def handle(self, frame: Frame) -> None:
@@ -108,6 +109,7 @@ class Handlers:
         self.connected = True
         log.info("STOMP %s connection from %s (login %s)", version, self.peer, login or "-")
         self.send_frame(encode_frame("CONNECTED", headers, b"", version))
+        self.wake_writer()  # heart-beats start now
 
     @property
     def producer_text(self) -> str:

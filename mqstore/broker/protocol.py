@@ -66,6 +66,8 @@ class Connection(Handlers):
         self.send_interval = 0.0
         self.recv_interval = 0.0
         self._token = 0
+        self._loop = asyncio.get_running_loop()
+        self._last_write = self._loop.time()
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
@@ -85,6 +87,7 @@ class Connection(Handlers):
         if transport.is_closing() or transport.get_write_buffer_size():
             return False
         transport.write(data)
+        self._last_write = self._loop.time()
         return True
 
     def send_message(self, data: bytes) -> None:
@@ -121,7 +124,12 @@ class Connection(Handlers):
         if rid is not None:
             self.send_frame(encode_frame("RECEIPT", [("receipt-id", rid)], b"", self.version))
 
+    def wake_writer(self) -> None:
+        """Make the write loop look again at its heart-beat interval (after CONNECT)."""
+        self._out_event.set()
+
     async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 if not self._out:
@@ -129,15 +137,20 @@ class Connection(Handlers):
                         self.reader.feed_eof()  # wake the read loop
                         return
                     self._out_event.clear()
+                    interval = self.send_interval
+                    idle = loop.time() - self._last_write
                     try:
-                        async with asyncio.timeout(self.send_interval or None):
+                        async with asyncio.timeout(max(interval - idle, 0.0) if interval else None):
                             await self._out_event.wait()
                     except TimeoutError:
-                        self.writer.write(b"\n")  # heart-beat
-                        await self.writer.drain()
+                        if loop.time() - self._last_write >= interval:
+                            self.writer.write(b"\n")  # heart-beat
+                            self._last_write = loop.time()
+                            await self.writer.drain()
                     continue
                 chunk = list(self._out)
                 self._out.clear()
+                self._last_write = loop.time()
                 self.writer.writelines([data for data, _ in chunk])
                 await self.writer.drain()
                 sent = sum(1 for _, is_msg in chunk if is_msg)
