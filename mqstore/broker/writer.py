@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +65,8 @@ class StoreWriter:
         self._finished: asyncio.Event | None = None
         self.batches = 0
         self.ops = 0
+        self._nudge: asyncio.TimerHandle | None = None
+        self._due = False
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -79,9 +80,21 @@ class StoreWriter:
         fut: asyncio.Future[list[int]] = self._loop.create_future()
         with self._cond:
             self._queue.append((op, fut))
-            self._eager += not op.lazy
-            self._cond.notify()
+            if not op.lazy:
+                self._eager += 1
+                self._cond.notify()
+            elif self._nudge is None:
+                # Lazy work does not wake the writer: the next eager op takes it along, or
+                # this timer hands it over alone once it has waited LINGER_S.
+                self._nudge = self._loop.call_later(LINGER_S, self._linger_over)
         return fut
+
+    def _linger_over(self) -> None:
+        with self._cond:
+            self._nudge = None
+            if self._queue:
+                self._due = True
+                self._cond.notify()
 
     @property
     def backlog(self) -> int:
@@ -98,16 +111,16 @@ class StoreWriter:
 
     def _take(self) -> list[tuple[Op, asyncio.Future[list[int]]]] | None:
         with self._cond:
-            while not self._queue:
-                if self._closing:
+            while not (
+                self._queue
+                and (
+                    self._eager or self._due or self._closing or len(self._queue) >= self.max_batch
+                )
+            ):
+                if self._closing and not self._queue:
                     return None
                 self._cond.wait()
-            deadline = time.monotonic() + LINGER_S
-            while not self._eager and not self._closing and len(self._queue) < self.max_batch:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
+            self._due = False
             chunk: list[tuple[Op, asyncio.Future[list[int]]]] = []
             weight = 0
             while self._queue and (not chunk or weight < self.max_batch):
