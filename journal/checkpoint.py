@@ -106,21 +106,26 @@ def _topic_floors(
     return {(r[0], int(r[1])): int(r[2]) for r in rows if r[2] is not None}
 
 
-def _history(pg: PostgresStore, rows: list[ElidedRow]) -> list[dict[str, object]]:
-    return [
-        {
-            "id": r.message.id,
-            "container": r.message.container,
-            "msgid_prod": r.message.msgid_prod,
-            "msgid_seq": r.message.msgid_seq,
-            "priority": r.message.priority,
-            "expiration": r.message.expiration,
-            "removed_at": r.removed_at,
-            "outcome": r.outcome.value,
-            "msg": r.message.msg if pg.history_bodies else None,
-        }
-        for r in rows
-    ]
+def _write_history(conn: Connection, pg: PostgresStore, rows: list[ElidedRow]) -> None:
+    """History rows of elided messages, as one statement over arrays per chunk."""
+    bodies = pg.history_bodies
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start : start + _CHUNK]
+        msgs = [r.message for r in chunk]
+        conn.execute(
+            pg.sql.insert_history,
+            {
+                "ids": [m.id for m in msgs],
+                "containers": [m.container for m in msgs],
+                "prods": [m.msgid_prod for m in msgs],
+                "seqs": [m.msgid_seq for m in msgs],
+                "priorities": [m.priority for m in msgs],
+                "expirations": [m.expiration for m in msgs],
+                "removed": [r.removed_at for r in chunk],
+                "outcomes": [r.outcome.value for r in chunk],
+                "msgs": [m.msg if bodies else None for m in msgs],
+            },
+        )
 
 
 def _row(msg: StoredMessage) -> dict[str, object]:
@@ -220,9 +225,7 @@ def apply_checkpoint(
         for start in range(0, len(survivors), _CHUNK):
             pg.insert_rows(conn, [_row(m) for m in survivors[start : start + _CHUNK]])
         if pg.history and elided:
-            rows = _history(pg, elided)
-            for start in range(0, len(rows), _CHUNK):
-                conn.execute(sa.insert(pg.schema.history), rows[start : start + _CHUNK])
+            _write_history(conn, pg, elided)
         _write_position(conn, pg, journal_id, position, broker_name)
     return CheckpointResult(
         written=len(survivors),

@@ -28,6 +28,8 @@ class Statements:
     delete_msgs: TextClause
     #: The same deletion, also recording each removed row in the history table.
     delete_msgs_with_history: TextClause
+    #: History rows of messages never written to MSGS, from parallel arrays (:ids, ...).
+    insert_history: TextClause
     #: One page of a destination in delivery order after (-priority, id), below an ID bound.
     page_queue: TextClause
     #: One page of a subscription's pending messages (per-priority LAST_ACKED_ID).
@@ -86,6 +88,13 @@ def statements_for(prefix: str = "") -> Statements:
             + f"INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, expiration, "
             "removed_at, outcome, msg) SELECT id, container, msgid_prod, msgid_seq, priority, "
             "expiration, :now, outcome, CASE WHEN :keep_body THEN msg END FROM d"
+        ),
+        insert_history=sa.text(
+            f"INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, expiration, "
+            "removed_at, outcome, msg) SELECT * FROM unnest(CAST(:ids AS bigint[]), "
+            "CAST(:containers AS text[]), CAST(:prods AS text[]), CAST(:seqs AS bigint[]), "
+            "CAST(:priorities AS bigint[]), CAST(:expirations AS bigint[]), "
+            "CAST(:removed AS bigint[]), CAST(:outcomes AS text[]), CAST(:msgs AS bytea[]))"
         ),
         page_queue=sa.text(
             f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
