@@ -170,7 +170,20 @@ class PendingState:
         self.pending_bytes -= len(msg.msg) + ENTRY_OVERHEAD
         self.elided_count += 1
         if self.keep_history:
-            kept = msg if self.keep_bodies else replace(msg, msg=b"")
+            kept = (
+                msg
+                if self.keep_bodies
+                else StoredMessage(
+                    msg.id,
+                    msg.container,
+                    msg.msgid_prod,
+                    msg.msgid_seq,
+                    msg.expiration,
+                    msg.priority,
+                    b"",
+                    msg.xid,
+                )
+            )
             self.elided.append(ElidedRow(kept, outcome, now))
             self.pending_bytes += len(kept.msg) + 64
         lane = self.lanes[msg.container][msg.priority]

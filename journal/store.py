@@ -282,7 +282,7 @@ class JournaledStore(MergedReads):
         with self._lock:
             removed = self._state.apply(ops)
             pending = self._state.pending_bytes
-        full = self.journal.stats().bytes_on_disk >= self.journal_max_bytes
+        full = self.journal.bytes_on_disk >= self.journal_max_bytes
         if full or pending * 2 >= self.max_pending_bytes:
             self._wake.set()
         return removed

@@ -435,6 +435,12 @@ class Journal:
         with self._lock:
             return Position(min(self._sealed, default=self._segment), HEADER_SIZE)
 
+    @property
+    def bytes_on_disk(self) -> int:
+        """What the log's segments take on disk now (preallocated space included)."""
+        with self._lock:
+            return sum(self._sealed.values()) + self._allocated
+
     def stats(self) -> JournalStats:
         """Counters since open and the current size of the log."""
         with self._lock:
