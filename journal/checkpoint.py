@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from journal.format import Position
-from journal.state import ElidedRow, PendingState
+from journal.state import ElidedRow, PendingState, history_copy
 from mqstore.store.model import Ack, Outcome, Removal, StoredMessage
 from mqstore.store.postgres import PostgresStore
 
@@ -204,22 +204,8 @@ def apply_checkpoint(
             if floor is not None and msg.id <= floor:
                 elided_count += 1
                 if pg.history:
-                    body = msg.msg if pg.history_bodies else b""
-                    elided.append(
-                        ElidedRow(
-                            StoredMessage(
-                                msg.id,
-                                msg.container,
-                                msg.msgid_prod,
-                                msg.msgid_seq,
-                                msg.expiration,
-                                msg.priority,
-                                body,
-                            ),
-                            Outcome.ACKNOWLEDGED,
-                            now,
-                        )
-                    )
+                    kept = history_copy(msg, pg.history_bodies)
+                    elided.append(ElidedRow(kept, Outcome.ACKNOWLEDGED, now))
             else:
                 survivors.append(msg)
         for start in range(0, len(survivors), _CHUNK):

@@ -33,7 +33,14 @@ from journal.records import (
 from mqstore.errors import StoreError
 from mqstore.store.model import Cursor, Outcome, StoredMessage, SubscriptionKey
 
-__all__ = ["ElidedRow", "PendingState", "PendingSub", "decode_target", "encode_target"]
+__all__ = [
+    "ElidedRow",
+    "PendingState",
+    "PendingSub",
+    "decode_target",
+    "encode_target",
+    "history_copy",
+]
 
 #: Rough per-entry bookkeeping cost, counted against ``max_pending_bytes``.
 ENTRY_OVERHEAD = 200
@@ -50,6 +57,22 @@ def decode_target(text: str, default: Outcome) -> tuple[str, Outcome]:
     if sep and "://" not in head:
         return rest, Outcome(head)
     return text, default
+
+
+def history_copy(msg: StoredMessage, keep_body: bool) -> StoredMessage:
+    """What an elided message's history row keeps: everything, or all but the body."""
+    if keep_body:
+        return msg
+    return StoredMessage(
+        msg.id,
+        msg.container,
+        msg.msgid_prod,
+        msg.msgid_seq,
+        msg.expiration,
+        msg.priority,
+        b"",
+        msg.xid,
+    )
 
 
 @dataclass(slots=True)
@@ -170,20 +193,7 @@ class PendingState:
         self.pending_bytes -= len(msg.msg) + ENTRY_OVERHEAD
         self.elided_count += 1
         if self.keep_history:
-            kept = (
-                msg
-                if self.keep_bodies
-                else StoredMessage(
-                    msg.id,
-                    msg.container,
-                    msg.msgid_prod,
-                    msg.msgid_seq,
-                    msg.expiration,
-                    msg.priority,
-                    b"",
-                    msg.xid,
-                )
-            )
+            kept = history_copy(msg, self.keep_bodies)
             self.elided.append(ElidedRow(kept, outcome, now))
             self.pending_bytes += len(kept.msg) + 64
         lane = self.lanes[msg.container][msg.priority]
