@@ -152,6 +152,16 @@ def _skip_broker_ids(data: bytes, pos: int) -> int:
     return pos
 
 
+def _skip_destination(data: bytes, pos: int) -> int:
+    """Position after a nullable ActiveMQDestination (a plain queue/topic name only)."""
+    flag = data[pos]
+    if not flag:
+        return pos + 1
+    if flag != 1 or data[pos + 1] not in _SCHEMES:
+        raise _SlowError
+    return _string(data, pos + 2)[1]
+
+
 def _head(data: bytes) -> tuple[int, str | None, int, str | None]:
     """Parse producerId .. messageId's producerId (the part shared by one producer's frames).
 
@@ -160,13 +170,7 @@ def _head(data: bytes) -> tuple[int, str | None, int, str | None]:
     plus the producer sequence id, 2 ``text`` as is.
     """
     pos = _producer(data, 10)[1]
-    flag = data[pos]  # destination
-    if flag:
-        if flag != 1 or data[pos + 1] not in _SCHEMES:
-            raise _SlowError
-        pos = _string(data, pos + 2)[1]
-    else:
-        pos += 1
+    pos = _skip_destination(data, pos)  # destination
     pos = _skip_transaction(data, pos) if data[pos] else pos + 1
     orig, pos = _destination(data, pos)
     flag = data[pos]  # messageId
@@ -191,13 +195,7 @@ def _middle(data: bytes, pos: int) -> tuple[int, str | None, bool, int, int, str
     if persistent > 1:
         raise _SlowError
     pos += 10
-    flag = data[pos]  # replyTo
-    if flag:
-        if flag != 1 or data[pos + 1] not in _SCHEMES:
-            raise _SlowError
-        pos = _string(data, pos + 2)[1]
-    else:
-        pos += 1
+    pos = _skip_destination(data, pos)  # replyTo
     timestamp = _I64(data, pos)[0]
     jms_type, pos = _string(data, pos + 8)
     return pos, corr, persistent == 1, priority, timestamp, jms_type
