@@ -9,8 +9,9 @@ Workloads (persistent 1 KiB messages, a fresh queue per run):
 
 Each mode runs ``mqstore serve`` as a child process on a fresh scratch database (created
 on the server of ``--dsn``, dropped afterwards); the clients run here, over loopback.
-Prints msg/s (median of ``--repeat`` runs) and the rows inserted into ACTIVEMQ_MSGS per
-message (counted by a statement trigger installed in the scratch database).
+Prints msg/s (median of ``--repeat`` runs), the rows inserted into ACTIVEMQ_MSGS per
+message (counted by a statement trigger installed in the scratch database) and the CPU
+time the ``mqstore serve`` process spent per message (user + system, from /proc).
 
     python benchmarks/stomp_bench.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import signal
@@ -259,6 +261,12 @@ class Server:
         if wait:
             raise TimeoutError("mqstore serve did not start")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the ``mqstore serve`` process so far (Linux /proc)."""
+        with open(f"/proc/{self.process.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def serving(self) -> bool:
         with (
             contextlib.suppress(OSError),
@@ -278,19 +286,27 @@ class Server:
         self.process.wait(10)
 
 
-Result = tuple[str, float, float]
+#: (workload, msg/s, rows inserted per message, broker CPU µs per message or NaN)
+Result = tuple[str, float, float, float]
 
 
 async def bench_mode(
-    args: argparse.Namespace, mode: str, port: int, rows: Callable[[], int], *, settle: bool
+    args: argparse.Namespace,
+    mode: str,
+    port: int,
+    rows: Callable[[], int],
+    *,
+    settle: bool,
+    cpu: Callable[[], float] | None = None,
 ) -> list[Result]:
     """Run every workload ``args.repeat`` times against one server (``settle``: wait for the
-    journal's checkpoint before counting rows)."""
+    journal's checkpoint before counting rows; ``cpu``: the broker's CPU seconds so far)."""
     results = []
     for name in args.workloads:
-        rates, per_msg = [], []
+        rates, per_msg, cpu_us = [], [], []
         for rep in range(args.repeat):
             before = rows()
+            cpu_before = cpu() if cpu is not None else 0.0
             queue = f"bench.{mode}.{name}.{rep}"
             if args.client == "stomp.py":
                 secs = await asyncio.to_thread(
@@ -303,9 +319,16 @@ async def bench_mode(
                 await asyncio.sleep(1.5)  # let the checkpoint write what survived
             rates.append(n / secs)
             per_msg.append((rows() - before) / n)
-        results.append((name, statistics.median(rates), statistics.median(per_msg)))
-        print(f"  {mode} {name}: {results[-1][1]:.0f} msg/s, {results[-1][2]:.3f} rows/msg",
-              flush=True)  # fmt: skip
+            cpu_us.append((cpu() - cpu_before) / n * 1e6 if cpu is not None else math.nan)
+        result = (
+            name,
+            statistics.median(rates),
+            statistics.median(per_msg),
+            statistics.median(cpu_us),
+        )
+        results.append(result)
+        print(f"  {mode} {name}: {result[1]:.0f} msg/s, {result[2]:.3f} rows/msg, "
+              f"{result[3]:.0f} µs broker CPU/msg", flush=True)  # fmt: skip
     return results
 
 
@@ -341,19 +364,27 @@ def main() -> None:
             try:
                 table[mode] = asyncio.run(
                     bench_mode(
-                        args, mode, server.port, db.rows_inserted, settle=mode == "journaled"
+                        args,
+                        mode,
+                        server.port,
+                        db.rows_inserted,
+                        settle=mode == "journaled",
+                        cpu=server.cpu_seconds,
                     )
                 )
             finally:
                 server.stop()
                 db.drop()
     modes = list(table)
-    print(f"{'workload':<40}" + "".join(f" {m + ' msg/s':>16} {'rows/msg':>9}" for m in modes))
+    print(
+        f"{'workload':<40}"
+        + "".join(f" {m + ' msg/s':>16} {'rows/msg':>9} {'CPU µs/msg':>11}" for m in modes)
+    )
     for i, name in enumerate(args.workloads):
         line = f"{WORKLOADS[name]:<40}"
         for m in modes:
-            _, rate, per = table[m][i]
-            line += f" {rate:>16.0f} {per:>9.3f}"
+            _, rate, per, cpu_us = table[m][i]
+            line += f" {rate:>16.0f} {per:>9.3f} {cpu_us:>11.0f}"
         print(line)
 
 

@@ -63,7 +63,7 @@ async def run_all(
 ) -> dict[str, tuple[float, float]]:
     """The workloads against one broker: {workload: (msg/s, rows per message)}."""
     results = await bench_mode(args, target, port, rows, settle=target == "mqs-journal")
-    return {name: (rate, per) for name, rate, per in results}
+    return {name: (rate, per) for name, rate, per, _ in results}
 
 
 def failover(kind: str, dsn: str, tmp: Path, lease_ms: int, renew_ms: int) -> float:
@@ -85,7 +85,8 @@ def failover(kind: str, dsn: str, tmp: Path, lease_ms: int, renew_ms: int) -> fl
         brokers[0].start()
         brokers[1].start(wait=False)
         master, standby = brokers
-        kill, serving, stop = master.kill, standby.serving, standby.stop
+        kill, serving = master.kill, standby.serving
+        stop: Callable[[], None] = standby.stop
     else:
         env = {"MQSTORE_LEASE_MS": str(lease_ms), "MQSTORE_RENEW_MS": str(renew_ms)}
         os.environ.update(env)
