@@ -13,7 +13,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-pytest.importorskip("pyspark")
+try:
+    import pyspark  # noqa: F401
+except ImportError as exc:  # fail, never skip: the Spark jobs are part of what is tested
+    raise ImportError("pyspark is missing: pip install -e '.[dev,spark]'") from exc
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
