@@ -42,6 +42,8 @@ _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _I8 = struct.Struct(">b").unpack_from
 _F64 = struct.Struct(">d").unpack_from
+#: Property tags of fixed-size numbers: (unpacker, size); printed with str() as Java does.
+_NUMBERS = {5: (_I32, 4), 6: (_I64, 8), 7: (_F64, 8), 2: (_I8, 1), 4: (_I16, 2)}
 _QQ = struct.Struct(">qq").unpack_from
 _BQB = struct.Struct(">Bqb").unpack_from  # persistent, expiration, priority
 _BI = struct.Struct(">Bi").unpack_from  # compressed, redeliveryCounter
@@ -271,12 +273,9 @@ def _properties(
                 raw.decode("ascii") if raw.isascii() and b"\x00" not in raw else decode_mutf8(raw)
             )
             pos = stop
-        elif tag == 5:  # int
-            value = str(_I32(data, pos)[0])
-            pos += 4
-        elif tag == 6:  # long
-            value = str(_I64(data, pos)[0])
-            pos += 8
+        elif (number := _NUMBERS.get(tag)) is not None:  # int, long, double, byte, short
+            value = str(number[0](data, pos)[0])
+            pos += number[1]
         elif tag == 1:  # boolean
             b = data[pos]
             if b > 1:
@@ -285,9 +284,6 @@ def _properties(
             pos += 1
         elif tag == 0:  # null
             value = None
-        elif tag == 7:  # double
-            value = str(_F64(data, pos)[0])
-            pos += 8
         elif tag == 13:  # big string
             n = _I32(data, pos)[0]
             stop = pos + 4 + n
@@ -295,12 +291,6 @@ def _properties(
                 raise _SlowError
             value = _text(data, pos + 4, stop)
             pos = stop
-        elif tag == 2:  # byte
-            value = str(_I8(data, pos)[0])
-            pos += 1
-        elif tag == 4:  # short
-            value = str(_I16(data, pos)[0])
-            pos += 2
         else:  # char, float, byte[], map, list: the full decoder's typed values
             raise _SlowError
         keys.append(key)
