@@ -129,7 +129,7 @@ class Connection(Handlers):
         self._out_event.set()
 
     async def _write_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         try:
             while True:
                 if not self._out:
