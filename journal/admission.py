@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from journal.merge import DatabaseView
 from journal.state import PendingState
+from journal.support import WouldBlock
 from mqstore.errors import DuplicateMessageError
 from mqstore.store.model import NewMessage, Outcome, Removal
 
@@ -37,10 +38,16 @@ class Admission:
         self._ceiling: dict[tuple[str, str], int] = {}  # highest MSGID_SEQ seen per producer
         self._claimed: set[int] = set()
 
-    def reserve(self, adds: Sequence[NewMessage]) -> list[Key]:
-        """Reserve the adds' keys; raises :class:`DuplicateMessageError` if one is taken."""
+    def reserve(self, adds: Sequence[NewMessage], *, wait: bool = True) -> list[Key]:
+        """Reserve the adds' keys; raises :class:`DuplicateMessageError` if one is taken.
+
+        ``wait=False`` raises :class:`WouldBlock` where the database would have to be asked.
+        """
         keys = [(m.container, m.msgid_prod, m.msgid_seq) for m in adds]
-        found = self.db.existing_keys(self._maybe_stored(keys))
+        maybe = self._maybe_stored(keys, wait)
+        if maybe and not wait:
+            raise WouldBlock
+        found = self.db.existing_keys(maybe)
         with self._lock:
             state = self._state()
             for key in keys:
@@ -60,7 +67,7 @@ class Admission:
                 self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
         return keys
 
-    def _maybe_stored(self, keys: list[Key]) -> list[Key]:
+    def _maybe_stored(self, keys: list[Key], wait: bool) -> list[Key]:
         """The keys that could already be in the database.
 
         Only this store writes, so a producer's sequence above the highest one it has seen
@@ -70,6 +77,8 @@ class Admission:
         with self._lock:
             unknown = list({(c, p) for c, p, _ in keys if (c, p) not in self._ceiling})
         if unknown:
+            if not wait:
+                raise WouldBlock
             found = self.db.max_sequences(unknown)
             with self._lock:
                 if len(self._ceiling) > MAX_CEILINGS:
@@ -79,8 +88,11 @@ class Admission:
         with self._lock:
             return [k for k in keys if k[2] <= self._ceiling.get((k[0], k[1]), 2**63 - 1)]
 
-    def claim(self, removes: Sequence[Removal]) -> Claims:
-        """Decide which removals hit a stored message; claim those IDs, by outcome."""
+    def claim(self, removes: Sequence[Removal], *, wait: bool = True) -> Claims:
+        """Decide which removals hit a stored message; claim those IDs, by outcome.
+
+        ``wait=False`` raises :class:`WouldBlock` where the database would have to be asked.
+        """
         with self._lock:
             state = self._state()
             unknown = [
@@ -88,6 +100,8 @@ class Admission:
                 for r in removes
                 if r.id not in state.adds and not state.hides(r.id, r.container)
             ]
+        if unknown and not wait:
+            raise WouldBlock
         in_db = self.db.visible(unknown) if unknown else {}
         out: Claims = {}
         with self._lock:

@@ -36,6 +36,7 @@ from journal.state import PendingState, encode_target
 from journal.support import (
     JournalBehindDatabaseError,
     JournalMasterSlaveError,
+    WouldBlock,
     WriterGate,
     read_journal_id,
 )
@@ -257,7 +258,7 @@ class JournaledStore(MergedReads):
         return result
 
     # ------------------------------------------------------------------ write plumbing
-    def _admit(self, nbytes: int) -> None:
+    def _admit(self, nbytes: int, wait: bool) -> None:
         """Flow control: producers wait while the un-checkpointed window is full."""
         with self._space:
             while (
@@ -266,12 +267,14 @@ class JournaledStore(MergedReads):
                 and self._state.pending_bytes + nbytes > self.max_pending_bytes
             ):
                 self._wake.set()
+                if not wait:
+                    raise WouldBlock
                 self._space.wait(0.05)
 
     @contextmanager
-    def _writing(self) -> Iterator[None]:
+    def _writing(self, wait: bool = True) -> Iterator[None]:
         self._check_open()
-        with self._gate.shared():
+        with self._gate.shared(wait=wait):
             self._check_open()
             self.pg.check_writable()  # lock held (LockLostError otherwise)
             yield
@@ -294,20 +297,25 @@ class JournaledStore(MergedReads):
         return ids
 
     def _write(
-        self, adds: Sequence[NewMessage], removes: Sequence[Removal], acks: Sequence[Ack]
+        self,
+        adds: Sequence[NewMessage],
+        removes: Sequence[Removal],
+        acks: Sequence[Ack],
+        *,
+        wait: bool = True,
     ) -> tuple[list[int], int]:
         check_messages(adds, self.pg.max_message_bytes)
         for removal in removes:
             check_container(removal.container)
         if adds:
-            self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds))
-        with self._writing():
+            self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds), wait)
+        with self._writing(wait):
             ids = self._assign(len(adds)) if adds else []
             keys: list[Key] = []
             claimed: Claims = {}
             try:
-                keys = self._admission.reserve(adds) if adds else []
-                claimed = self._admission.claim(removes) if removes else {}
+                keys = self._admission.reserve(adds, wait=wait) if adds else []
+                claimed = self._admission.claim(removes, wait=wait) if removes else {}
                 col = self.pg.column_priority
                 ops: list[Op] = [
                     AddMessage(
@@ -358,6 +366,19 @@ class JournaledStore(MergedReads):
 
     def commit(self, batch: Batch) -> list[int]:
         return self._write(batch.adds, batch.removes, batch.acks)[0]
+
+    def try_commit(self, batch: Batch) -> list[int] | None:
+        """:meth:`commit` if it can go ahead without waiting, else None and nothing written.
+
+        It still waits for its own journal record to be durable (one fsync), but never for a
+        checkpoint, for room in the pending window or for the database (a duplicate check or
+        a removal of a checkpointed message): an event loop may call it in place of handing
+        the batch to a thread, and hand it over only when it returns None.
+        """
+        try:
+            return self._write(batch.adds, batch.removes, batch.acks, wait=False)[0]
+        except WouldBlock:
+            return None
 
     def update(self, container: str, message_id: int, msg: bytes) -> None:
         with self._writing():

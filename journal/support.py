@@ -22,6 +22,10 @@ class JournalBehindDatabaseError(StoreError):
     """The database holds a checkpoint beyond the end of this journal (journal lost or reset)."""
 
 
+class WouldBlock(Exception):  # noqa: N818 - a signal, not an error
+    """A write asked not to wait (``wait=False``) would have had to; nothing was written."""
+
+
 class WriterGate:
     """Writers share it; a checkpoint (or XA work) takes it alone. Waiting exclusives win."""
 
@@ -32,9 +36,12 @@ class WriterGate:
         self._waiting = 0
 
     @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self, *, wait: bool = True) -> Iterator[None]:
+        """Held by a writer; ``wait=False`` raises :class:`WouldBlock` instead of waiting."""
         with self._cond:
             while self._exclusive or self._waiting:
+                if not wait:
+                    raise WouldBlock
                 self._cond.wait()
             self._shared += 1
         try:

@@ -3,6 +3,10 @@
 
 Each submitted :class:`Op` stays atomic (a transaction's sends and acks, a DLQ move); if a
 merged batch fails, its ops are retried one by one so only the faulty op fails.
+
+When the thread is idle and the store can commit without waiting (:class:`InlineCommit`, the
+journaled store: one fsync, no database), work is committed on the event loop at the end of
+the loop's turn instead: a lone producer waiting for receipts then pays no thread hand-offs.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from mqstore.errors import MessageNotFoundError
 from mqstore.store.model import Ack, Batch, NewMessage, Removal
@@ -25,6 +30,16 @@ Done = Callable[[list[int] | None, BaseException | None], None]
 
 #: How long work nobody waits for may wait for company before it is committed alone.
 LINGER_S = 0.002
+
+Item = tuple["Op", "asyncio.Future[list[int]]"]
+
+
+@runtime_checkable
+class InlineCommit(Protocol):
+    """A store that can tell, without waiting, whether a commit can go ahead now."""
+
+    def try_commit(self, batch: Batch) -> list[int] | None:
+        """Commit ``batch`` (durably) unless that would wait; None if nothing was written."""
 
 
 @dataclass(slots=True)
@@ -53,11 +68,15 @@ class StoreWriter:
     for a commit, and a commit never waits for the loop (group commit, in order).
     """
 
-    def __init__(self, store: Store, max_batch: int = 1000) -> None:
+    def __init__(self, store: Store, max_batch: int = 1000, *, inline: bool = True) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._queue: deque[tuple[Op, asyncio.Future[list[int]]]] = deque()
+        self._inline = store if inline and isinstance(store, InlineCommit) else None
+        self._queue: deque[Item] = deque()
         self._eager = 0  # queued ops someone waits for
+        self._busy = 0  # chunks taken (by the thread or inline) whose completions have not run
+        self._inline_running = False
+        self._flush_due = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -65,6 +84,7 @@ class StoreWriter:
         self._finished: asyncio.Event | None = None
         self.batches = 0
         self.ops = 0
+        self.inline_batches = 0
         self._nudge: asyncio.TimerHandle | None = None
         self._due = False
 
@@ -82,7 +102,12 @@ class StoreWriter:
             self._queue.append((op, fut))
             if not op.lazy:
                 self._eager += 1
-                self._cond.notify()
+                if self._inline is None or self._busy:
+                    self._cond.notify()
+                elif not self._flush_due:
+                    # The thread is idle: commit on the loop once this turn's frames are read.
+                    self._flush_due = True
+                    self._loop.call_soon(self._flush)
             elif self._nudge is None:
                 # Lazy work does not wake the writer: the next eager op takes it along, or
                 # this timer hands it over alone once it has waited LINGER_S.
@@ -109,26 +134,82 @@ class StoreWriter:
             await self._finished.wait()
             await asyncio.to_thread(self._thread.join)
 
-    def _take(self) -> list[tuple[Op, asyncio.Future[list[int]]]] | None:
+    def _take(self) -> list[Item] | None:
         with self._cond:
-            while not (
+            while self._inline_running or not (
                 self._queue
                 and (
                     self._eager or self._due or self._closing or len(self._queue) >= self.max_batch
                 )
             ):
-                if self._closing and not self._queue:
+                if self._closing and not self._queue and not self._inline_running:
                     return None
                 self._cond.wait()
             self._due = False
-            chunk: list[tuple[Op, asyncio.Future[list[int]]]] = []
-            weight = 0
-            while self._queue and (not chunk or weight < self.max_batch):
-                item = self._queue.popleft()
-                weight += item[0].weight
-                self._eager -= not item[0].lazy
-                chunk.append(item)
-            return chunk
+            return self._pop_locked()
+
+    def _pop_locked(self) -> list[Item]:
+        chunk: list[Item] = []
+        weight = 0
+        while self._queue and (not chunk or weight < self.max_batch):
+            item = self._queue.popleft()
+            weight += item[0].weight
+            self._eager -= not item[0].lazy
+            chunk.append(item)
+        self._busy += 1
+        return chunk
+
+    def _flush(self) -> None:
+        """On the loop: commit what is queued here if the thread is idle, else wake it."""
+        store = self._inline
+        assert store is not None
+        with self._cond:
+            self._flush_due = False
+            if not self._eager:
+                return  # the thread took it meanwhile
+            if self._busy or self._closing or any(op.updates for op, _ in self._queue):
+                self._cond.notify()
+                return
+            chunk = self._pop_locked()
+            self._inline_running = True
+        results: list[list[int] | BaseException] | None
+        try:
+            results = self._try_inline(store, [op for op, _ in chunk])
+        finally:
+            with self._cond:
+                self._inline_running = False
+                if results is None:  # it would wait: the thread commits it, still first in line
+                    self._queue.extendleft(reversed(chunk))
+                    self._eager += sum(not op.lazy for op, _ in chunk)
+                    self._busy -= 1
+                if self._queue:
+                    self._cond.notify()
+        if results is not None:
+            self.inline_batches += 1
+            self.ops += len(chunk)
+            self._complete(chunk, results)
+
+    @staticmethod
+    def _try_inline(store: InlineCommit, ops: list[Op]) -> list[list[int] | BaseException] | None:
+        """The results of committing ``ops`` as one batch now, or None to leave it to the thread.
+
+        A failure of a single op is its result; a failed merge goes to the thread, which
+        retries op by op.
+        """
+        batch = Batch()
+        for op in ops:
+            batch.adds.extend(op.adds)
+            batch.removes.extend(op.removes)
+            batch.acks.extend(op.acks)
+        try:
+            ids = store.try_commit(batch) if batch else []
+        except Exception as exc:
+            if len(ops) > 1:
+                return None
+            return [exc]
+        if ids is None:
+            return None
+        return _split(ops, ids)
 
     def _run(self) -> None:
         assert self._loop is not None and self._finished is not None
@@ -142,12 +223,10 @@ class StoreWriter:
         finally:
             loop.call_soon_threadsafe(finished.set)
 
-    @staticmethod
-    def _complete(
-        chunk: list[tuple[Op, asyncio.Future[list[int]]]],
-        results: list[list[int] | BaseException],
-    ) -> None:
+    def _complete(self, chunk: list[Item], results: list[list[int] | BaseException]) -> None:
         """On the loop: run completions and resolve futures, in submission order."""
+        with self._cond:
+            self._busy -= 1
         for (op, fut), res in zip(chunk, results, strict=True):
             exc = res if isinstance(res, BaseException) else None
             ids = None if exc is not None else res
@@ -190,9 +269,14 @@ class StoreWriter:
             batch.removes.extend(op.removes)
             batch.acks.extend(op.acks)
         ids = self.store.commit(batch) if batch else []
-        out: list[list[int] | BaseException] = []
-        pos = 0
-        for op in ops:
-            out.append(ids[pos : pos + len(op.adds)])
-            pos += len(op.adds)
-        return out
+        return _split(ops, ids)
+
+
+def _split(ops: list[Op], ids: list[int]) -> list[list[int] | BaseException]:
+    """Each op's share of a merged batch's new IDs."""
+    out: list[list[int] | BaseException] = []
+    pos = 0
+    for op in ops:
+        out.append(ids[pos : pos + len(op.adds)])
+        pos += len(op.adds)
+    return out
