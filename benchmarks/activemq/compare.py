@@ -2,9 +2,10 @@
 KahaDB) and ``mqstore serve`` (plain and journaled), on one PostgreSQL, in one run.
 
 Prints msg/s (median of ``--repeat``), rows inserted into ACTIVEMQ_MSGS per message, the
-mqstore/ActiveMQ ratios, and kill -9 failover times of a master/standby pair of each kind
-with the same lease settings. Needs Debian's ``activemq`` package and its missing jars
-(see tests/interop/activemq_broker.py).
+mqstore/ActiveMQ ratios (and, for the relay of ``benchmarks/stomp_relay.py``, the best ratios
+any broker could reach with the same clients on the same machine), and kill -9 failover
+times of a master/standby pair of each kind with the same lease settings. Needs Debian's
+``activemq`` package and its missing jars (see tests/interop/activemq_broker.py).
 
     python benchmarks/activemq/compare.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -16,6 +17,7 @@ import asyncio
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +38,11 @@ TARGETS = {
     "amq-kahadb": "ActiveMQ 5.17, KahaDB",
     "mqs-plain": "mqstore serve --no-journal",
     "mqs-journal": "mqstore serve (journaled)",
+    "relay": "benchmarks/stomp_relay.py: no broker work, nothing stored (the clients' ceiling)",
+    "relay-fsync": "the relay with one fdatasync per SEND (the ceiling of a durable broker)",
 }
+#: Targets that write nothing to ACTIVEMQ_MSGS, so rows per message says nothing about them.
+NO_ROWS = ("amq-kahadb", "relay", "relay-fsync")
 
 
 class Running(Protocol):
@@ -45,8 +51,30 @@ class Running(Protocol):
     def stop(self) -> None: ...
 
 
+def start_relay(tmp: Path, fsync: bool) -> tuple[int, Callable[[], None]]:
+    """benchmarks/stomp_relay.py in a child process; its port and how to stop it."""
+    port_file = tmp / "relay.port"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "stomp_relay.py"), "--port-file"]
+    cmd += [str(port_file), *(["--fsync", str(tmp / "relay.log")] if fsync else [])]
+    proc = subprocess.Popen(cmd)
+
+    def stop() -> None:
+        proc.kill()
+        proc.wait()
+
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop()
+            raise RuntimeError("benchmarks/stomp_relay.py did not start")
+        time.sleep(0.05)
+    return int(port_file.read_text()), stop
+
+
 def start_target(name: str, dsn: str, tmp: Path) -> tuple[int, Callable[[], None]]:
     """Start one broker; returns its STOMP port and how to stop it."""
+    if name.startswith("relay"):
+        return start_relay(tmp, name == "relay-fsync")
     if name.startswith("amq"):
         cfg = ActiveMQConfig(
             name="amq", dsn=dsn if name == "amq-jdbc" else None, create_tables=False
@@ -151,18 +179,22 @@ def main() -> None:
     for w in args.workloads:
         line = f"{WORKLOADS[w]:<36}" + "".join(f" {results[t][w][0]:>12.0f}" for t in targets)
         line += "   " + " ".join(
-            f"{results[t][w][1]:.3f}" if t != "amq-kahadb" else "-" for t in targets
+            f"{results[t][w][1]:.3f}" if t not in NO_ROWS else "-" for t in targets
         )
         print(line)
-    if "mqs-journal" in results:
-        print()
-        for base in ("amq-jdbc", "amq-kahadb"):
-            if base in results:
-                ratios = "  ".join(
-                    f"{w}: {results['mqs-journal'][w][0] / results[base][w][0]:.1f}x"
-                    for w in args.workloads
-                )
-                print(f"mqstore journaled / {base}: {ratios}")
+    # mqstore against ActiveMQ; the relays against ActiveMQ are the best ratios any broker
+    # could reach with these clients on this machine.
+    pairs = [
+        (s, b) for s in ("mqs-journal", "relay-fsync", "relay") for b in ("amq-jdbc", "amq-kahadb")
+    ]
+    pairs += [("mqs-journal", "relay-fsync")]
+    print()
+    for subject, base in pairs:
+        if subject in results and base in results:
+            ratios = "  ".join(
+                f"{w}: {results[subject][w][0] / results[base][w][0]:.1f}x" for w in args.workloads
+            )
+            print(f"{subject} / {base}: {ratios}")
     if args.failovers:
         print()
         print(f"kill -9 failover, lease {args.lease_ms} ms, renew {args.renew_ms} ms:")
