@@ -350,6 +350,7 @@ class Broker:
             },
             "store_writer": {
                 "batches": writer.batches if writer else 0,
+                "inline_batches": writer.inline_batches if writer else 0,
                 "ops": writer.ops if writer else 0,
                 "backlog": writer.backlog if writer else 0,
             },

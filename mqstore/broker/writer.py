@@ -172,7 +172,7 @@ class StoreWriter:
                 return
             chunk = self._pop_locked()
             self._inline_running = True
-        results: list[list[int] | BaseException] | None
+        results: list[list[int] | BaseException] | None = None
         try:
             results = self._try_inline(store, [op for op, _ in chunk])
         finally:

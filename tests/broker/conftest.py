@@ -1,12 +1,15 @@
-"""Fixtures: a broker on a thread over the in-memory store, and over PostgresStore.
+"""Fixtures: a broker on a thread over the in-memory store, PostgresStore and the journaled store.
 
-``broker`` and ``any_store`` are parametrized over both stores; the PostgreSQL variant
-uses the ``engine`` fixture of tests/conftest.py (a fresh migrated database per test).
+``broker`` and ``any_store`` are parametrized over the three stores (the journaled one is
+what ``mqstore serve`` runs by default, committing on the event loop when it can); the
+database variants use the ``engine`` fixture of tests/conftest.py (a fresh migrated
+database per test).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,15 +33,19 @@ def memory_store() -> Iterator[MemoryStore]:
     store.stop()
 
 
-@pytest.fixture(params=["memory", "postgres"])
-def any_store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    """The in-memory store, then a PostgresStore on a fresh database."""
+@pytest.fixture(params=["memory", "postgres", "journaled"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The in-memory store, a PostgresStore and a journaled store on a fresh database."""
     if request.param == "memory":
         store: Store = MemoryStore()
     else:
         from mqstore.store.postgres import PostgresStore
 
         store = PostgresStore(request.getfixturevalue("engine"), cleanup_interval_s=0)
+        if request.param == "journaled":
+            from journal.store import JournaledStore
+
+            store = JournaledStore(store, tmp_path / "journal", shared_lock=False)
     store.start()
     yield store
     store.stop()
