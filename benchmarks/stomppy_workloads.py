@@ -75,6 +75,8 @@ def consume(port: int, dest: str, n: int) -> None:
 
     def on_msg(frame: Any) -> None:
         nonlocal count
+        if count >= n:  # one too many: left unacknowledged, so it goes to another consumer
+            return
         count += 1
         conn.ack(frame.headers["ack"])
         if count >= n:
