@@ -310,12 +310,14 @@ class JournaledStore(MergedReads):
         if adds:
             self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds), wait)
         with self._writing(wait):
-            ids = self._assign(len(adds)) if adds else []
+            ids: list[int] = []
             keys: list[Key] = []
             claimed: Claims = {}
             try:
                 keys = self._admission.reserve(adds, wait=wait) if adds else []
                 claimed = self._admission.claim(removes, wait=wait) if removes else {}
+                # IDs only once admitted: a refused or declined write takes none
+                ids = self._assign(len(adds)) if adds else []
                 col = self.pg.column_priority
                 ops: list[Op] = [
                     AddMessage(

@@ -167,7 +167,7 @@ class StoreWriter:
             self._flush_due = False
             if not self._eager:
                 return  # the thread took it meanwhile
-            if self._busy or self._closing or any(op.updates for op, _ in self._queue):
+            if self._busy or self._closing:
                 self._cond.notify()
                 return
             chunk = self._pop_locked()
@@ -194,13 +194,11 @@ class StoreWriter:
         """The results of committing ``ops`` as one batch now, or None to leave it to the thread.
 
         A failure of a single op is its result; a failed merge goes to the thread, which
-        retries op by op.
+        retries op by op. Message updates are left to the thread too.
         """
-        batch = Batch()
-        for op in ops:
-            batch.adds.extend(op.adds)
-            batch.removes.extend(op.removes)
-            batch.acks.extend(op.acks)
+        if any(op.updates for op in ops):
+            return None
+        batch = _merge(ops)
         try:
             ids = store.try_commit(batch) if batch else []
         except Exception as exc:
@@ -263,13 +261,19 @@ class StoreWriter:
             for container, ident, msg in op.updates:
                 with contextlib.suppress(MessageNotFoundError):
                     self.store.update(container, ident, msg)
-        batch = Batch()
-        for op in ops:
-            batch.adds.extend(op.adds)
-            batch.removes.extend(op.removes)
-            batch.acks.extend(op.acks)
+        batch = _merge(ops)
         ids = self.store.commit(batch) if batch else []
         return _split(ops, ids)
+
+
+def _merge(ops: list[Op]) -> Batch:
+    """One batch of the ops' adds, removes and acks, in order."""
+    batch = Batch()
+    for op in ops:
+        batch.adds.extend(op.adds)
+        batch.removes.extend(op.removes)
+        batch.acks.extend(op.acks)
+    return batch
 
 
 def _split(ops: list[Op], ids: list[int]) -> list[list[int] | BaseException]:
