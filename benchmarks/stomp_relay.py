@@ -19,7 +19,11 @@ import argparse
 import asyncio
 import itertools
 import os
+import subprocess
+import sys
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,6 +127,26 @@ async def main(port_file: str, fsync_path: str | None) -> None:
     Path(tmp).write_text(str(port))
     os.replace(tmp, port_file)
     await server.serve_forever()
+
+
+def spawn(tmp: Path, fsync: bool) -> tuple[int, Callable[[], None]]:
+    """This relay in a child process (files in ``tmp``); its port and how to stop it."""
+    port_file = tmp / "relay.port"
+    cmd = [sys.executable, __file__, "--port-file", str(port_file)]
+    cmd += ["--fsync", str(tmp / "relay.log")] if fsync else []
+    proc = subprocess.Popen(cmd)
+
+    def stop() -> None:
+        proc.kill()
+        proc.wait()
+
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop()
+            raise RuntimeError("benchmarks/stomp_relay.py did not start")
+        time.sleep(0.05)
+    return int(port_file.read_text()), stop
 
 
 if __name__ == "__main__":

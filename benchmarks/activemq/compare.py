@@ -17,7 +17,6 @@ import asyncio
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import stomp_relay  # noqa: E402
 from stomp_bench import WORKLOADS, ScratchDatabase, Server, bench_mode  # noqa: E402
 
 from tests.interop.activemq_broker import ActiveMQBroker, ActiveMQConfig  # noqa: E402
@@ -51,30 +51,10 @@ class Running(Protocol):
     def stop(self) -> None: ...
 
 
-def start_relay(tmp: Path, fsync: bool) -> tuple[int, Callable[[], None]]:
-    """benchmarks/stomp_relay.py in a child process; its port and how to stop it."""
-    port_file = tmp / "relay.port"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "stomp_relay.py"), "--port-file"]
-    cmd += [str(port_file), *(["--fsync", str(tmp / "relay.log")] if fsync else [])]
-    proc = subprocess.Popen(cmd)
-
-    def stop() -> None:
-        proc.kill()
-        proc.wait()
-
-    deadline = time.monotonic() + 30
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop()
-            raise RuntimeError("benchmarks/stomp_relay.py did not start")
-        time.sleep(0.05)
-    return int(port_file.read_text()), stop
-
-
 def start_target(name: str, dsn: str, tmp: Path) -> tuple[int, Callable[[], None]]:
     """Start one broker; returns its STOMP port and how to stop it."""
     if name.startswith("relay"):
-        return start_relay(tmp, name == "relay-fsync")
+        return stomp_relay.spawn(tmp, name == "relay-fsync")
     if name.startswith("amq"):
         cfg = ActiveMQConfig(
             name="amq", dsn=dsn if name == "amq-jdbc" else None, create_tables=False

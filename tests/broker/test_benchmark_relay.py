@@ -4,9 +4,7 @@ figures would be too high."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,25 +13,17 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import stomp_relay  # noqa: E402
 import stomppy_workloads  # noqa: E402
 
 
 @pytest.fixture(params=[False, True], ids=["relay", "relay-fsync"])
 def relay_port(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[int]:
-    port_file = tmp_path / "port"
-    cmd = [sys.executable, str(BENCHMARKS / "stomp_relay.py"), "--port-file", str(port_file)]
-    if request.param:
-        cmd += ["--fsync", str(tmp_path / "relay.log")]
-    proc = subprocess.Popen(cmd)
+    port, stop = stomp_relay.spawn(tmp_path, request.param)
     try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "relay did not start"
-            time.sleep(0.05)
-        yield int(port_file.read_text())
+        yield port
     finally:
-        proc.kill()
-        proc.wait()
+        stop()
     if request.param:  # every SEND reached the file before its receipt
         assert (tmp_path / "relay.log").stat().st_size == 5 * 400 * len(stomppy_workloads.BODY)
 
