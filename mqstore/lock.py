@@ -78,6 +78,14 @@ class Locker(Protocol):
         """Inside a write transaction: raise :class:`LockLostError` unless still master."""
 
     @property
+    def fence_holder(self) -> str | None:
+        """The BROKER_NAME a single-statement write must find on the lock row (read FOR
+        SHARE in that statement), or None when writes are not fenced by the row."""
+
+    def check_fence(self, found: str | None) -> None:
+        """After such a write: raise :class:`LockLostError` unless ``found`` is still us."""
+
+    @property
     def renew_interval_s(self) -> float:
         """How often :meth:`keep_alive` must run."""
 
@@ -259,15 +267,23 @@ class LeaseLocker:
         check fails: a deposed master can never commit beside the new one.
         """
         lock = self.schema.lock
-        holder = conn.execute(
-            sa.select(lock.c.broker_name).where(lock.c.id == 1).with_for_update(read=True)
-        ).scalar_one_or_none()
-        if holder != self.holder:
+        self.check_fence(
+            conn.execute(
+                sa.select(lock.c.broker_name).where(lock.c.id == 1).with_for_update(read=True)
+            ).scalar_one_or_none()
+        )
+
+    @property
+    def fence_holder(self) -> str:
+        return self.holder
+
+    def check_fence(self, found: str | None) -> None:
+        if found != self.holder:
             with self._mutex:
                 self._held = False
             raise LockLostError(
-                f"the lease on {lock.name} now belongs to {holder!r}, not {self.holder!r}: "
-                "this store stopped writing. Restart it to wait as a standby."
+                f"the lease on {self.schema.lock.name} now belongs to {found!r}, not "
+                f"{self.holder!r}: this store stopped writing. Restart it to wait as a standby."
             )
 
     def keep_alive(self) -> bool:
@@ -389,6 +405,11 @@ class RowLocker:
 
     def fence(self, conn: Connection) -> None:
         """The row lock itself is the fence: nobody else can hold it while we live."""
+        self.check_fence(None)
+
+    fence_holder = None
+
+    def check_fence(self, found: str | None) -> None:
         if not self.is_held():
             raise LockLostError(f"the row lock on {self.schema.lock.name} was lost")
 
@@ -421,6 +442,11 @@ class NoLocker:
         return None
 
     def fence(self, conn: Connection) -> None:
+        return None
+
+    fence_holder = None
+
+    def check_fence(self, found: str | None) -> None:
         return None
 
 
@@ -467,3 +493,10 @@ class ExclusiveLease:
 
     def fence(self, conn: Connection) -> None:
         self.lease.fence(conn)
+
+    @property
+    def fence_holder(self) -> str:
+        return self.lease.fence_holder
+
+    def check_fence(self, found: str | None) -> None:
+        self.lease.check_fence(found)

@@ -54,6 +54,76 @@ class Statements:
     destinations: TextClause
 
 
+@dataclass(frozen=True)
+class CommitShape:
+    """What a store commit holds, which picks its statement (each planned for what it does)."""
+
+    fenced: bool
+    history: bool
+    adds: bool
+    removes: bool
+    acks: bool
+
+
+@lru_cache(maxsize=256)
+def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
+    """One statement that commits a whole batch, so a commit costs one round trip.
+
+    Run in autocommit it is its own transaction. When ``fenced`` it reads the lock row FOR
+    SHARE first and writes only while ``BROKER_NAME = :holder``: a takeover's UPDATE waits
+    for it, and it returns the holder it found so the caller can tell it was deposed. The
+    removal waits for the insert (it reads its count), so adds come first as in a
+    transaction: re-adding the JMS id of a message the batch removes is a duplicate.
+    Parameters are parallel arrays (``:add_*``, ``:rm_*``, ``:ack_*``); returns one row
+    (holder found or NULL, rows removed).
+    """
+    schema = build_schema(prefix)
+    m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
+    guard = " AND EXISTS (SELECT 1 FROM f WHERE f.broker_name = :holder)" if shape.fenced else ""
+    ctes = []
+    if shape.fenced:
+        ctes.append(f"f AS (SELECT broker_name FROM {schema.lock.name} WHERE id = 1 FOR SHARE)")
+    if shape.adds:
+        ctes.append(
+            f"i AS (INSERT INTO {m} (id, container, msgid_prod, msgid_seq, expiration, priority, "
+            "msg, xid) SELECT *, CAST(NULL AS text) FROM unnest(CAST(:add_ids AS bigint[]), "
+            "CAST(:add_containers AS text[]), CAST(:add_prods AS text[]), "
+            "CAST(:add_seqs AS bigint[]), CAST(:add_expirations AS bigint[]), "
+            "CAST(:add_priorities AS bigint[]), CAST(:add_msgs AS bytea[])) AS u "
+            f"WHERE true{guard} RETURNING 1)"
+        )
+    if shape.removes:
+        after_adds = " AND (SELECT count(*) FROM i) >= 0" if shape.adds else ""
+        ctes += [
+            "r AS (SELECT * FROM unnest(CAST(:rm_ids AS bigint[]), "
+            "CAST(:rm_containers AS text[]), CAST(:rm_outcomes AS text[])) "
+            "AS r(id, container, outcome))",
+            f"d AS (DELETE FROM {m} m USING r WHERE m.id = r.id AND m.container = r.container "
+            f"AND coalesce(m.xid, '') = ''{guard}{after_adds} RETURNING m.id, m.container, "
+            "m.msgid_prod, m.msgid_seq, m.priority, m.expiration, m.msg, r.outcome)",
+        ]
+        if shape.history:
+            ctes.append(
+                f"hi AS (INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, "
+                "expiration, removed_at, outcome, msg) SELECT id, container, msgid_prod, "
+                "msgid_seq, priority, expiration, :now, outcome, "
+                "CASE WHEN :keep_body THEN msg END FROM d)"
+            )
+    if shape.acks:
+        ctes.append(
+            f"k AS (UPDATE {a} t SET last_acked_id = k.id, xid = NULL FROM unnest("
+            "CAST(:ack_containers AS text[]), CAST(:ack_clients AS text[]), "
+            "CAST(:ack_subs AS text[]), CAST(:ack_priorities AS bigint[]), "
+            "CAST(:ack_ids AS bigint[])) AS k(container, client_id, sub_name, priority, id) "
+            "WHERE t.container = k.container AND t.client_id = k.client_id "
+            "AND t.sub_name = k.sub_name AND t.priority = k.priority "
+            f"AND (t.last_acked_id IS NULL OR t.last_acked_id < k.id){guard})"
+        )
+    found = "(SELECT broker_name FROM f)" if shape.fenced else "CAST(NULL AS text)"
+    removed = "(SELECT count(*) FROM d)" if shape.removes else "0"
+    return sa.text(f"WITH {', '.join(ctes)} SELECT {found}, {removed}")
+
+
 @lru_cache(maxsize=16)
 def statements_for(prefix: str = "") -> Statements:
     """Build (once) the statements for ``prefix``."""

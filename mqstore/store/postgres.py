@@ -23,7 +23,7 @@ from mqstore.errors import (
     StoreClosedError,
 )
 from mqstore.lock import Locker, NoLocker
-from mqstore.statements import statements_for
+from mqstore.statements import CommitShape, commit_batch, statements_for
 from mqstore.store.model import (
     FIRST,
     NO_BOUND,
@@ -252,12 +252,17 @@ class PostgresStore:
         try:
             conn.execute(self.sql.insert_msgs, params)
         except IntegrityError as exc:
-            if "_uidx" in str(exc.orig):
-                raise DuplicateMessageError(
-                    "a message with the same JMS message id is already stored in that "
-                    f"destination ({str(exc.orig).splitlines()[-1].strip()}); nothing was added"
-                ) from None
-            raise
+            raise self._duplicate(exc) from None
+
+    @staticmethod
+    def _duplicate(exc: IntegrityError) -> Exception:
+        """The store error for a failed INSERT: a duplicate JMS message id, or ``exc`` itself."""
+        if "_uidx" in str(exc.orig):
+            return DuplicateMessageError(
+                "a message with the same JMS message id is already stored in that "
+                f"destination ({str(exc.orig).splitlines()[-1].strip()}); nothing was added"
+            )
+        return exc
 
     def delete_rows(
         self, conn: Connection, removals: Sequence[Removal], default: Outcome = Outcome.ACKNOWLEDGED
@@ -276,12 +281,17 @@ class PostgresStore:
             return int(conn.execute(stmt, params).rowcount)
         return int(conn.execute(self.sql.delete_msgs, params).scalar_one())
 
-    def apply_acks(self, conn: Connection, acks: Sequence[Ack]) -> None:
-        """Advance LAST_ACKED_ID, reduced to the newest ack per subscription and priority."""
+    def _newest_acks(self, acks: Sequence[Ack]) -> dict[tuple[SubscriptionKey, int], int]:
+        """The newest acknowledged ID per (subscription, PRIORITY column value)."""
         newest: dict[tuple[SubscriptionKey, int], int] = {}
         for ack in acks:
             slot = (ack.key, self.column_priority(ack.priority))
             newest[slot] = max(newest.get(slot, -1), ack.message_id)
+        return newest
+
+    def apply_acks(self, conn: Connection, acks: Sequence[Ack]) -> None:
+        """Advance LAST_ACKED_ID, reduced to the newest ack per subscription and priority."""
+        newest = self._newest_acks(acks)
         if newest:
             conn.execute(
                 self.sql.ack_subscription,
@@ -305,9 +315,7 @@ class PostgresStore:
         self, container: str, ids: Sequence[int], outcome: Outcome = Outcome.ACKNOWLEDGED
     ) -> int:
         check_container(container)
-        removals = [Removal(container, i, outcome) for i in ids]
-        with self.transaction() as conn:
-            count = self.delete_rows(conn, removals)
+        count = self._write_batch(Batch(removes=[Removal(container, i, outcome) for i in ids]), [])
         self._counters["removed"] += count
         return count
 
@@ -320,10 +328,7 @@ class PostgresStore:
             with self._seq_lock:
                 self._inflight[ids[0]] = len(ids)
         try:
-            with self.transaction() as conn:
-                self.insert_rows(conn, self.rows_for(batch.adds, ids, None))
-                removed = self.delete_rows(conn, batch.removes)
-                self.apply_acks(conn, batch.acks)
+            removed = self._write_batch(batch, ids)
         finally:
             if ids:
                 with self._seq_lock:
@@ -332,6 +337,64 @@ class PostgresStore:
         self._counters["removed"] += removed
         self._counters["acked"] += len(batch.acks)
         return ids
+
+    def _write_batch(self, batch: Batch, ids: Sequence[int]) -> int:
+        """Commit ``batch`` (adds under ``ids``) in one autocommitted statement, one round trip
+        where a transaction would take four; returns the rows removed.
+
+        Fenced as :meth:`transaction` is: the statement reads the lock row FOR SHARE and
+        writes nothing unless this store still holds it.
+        """
+        self.check_writable()
+        if not batch:
+            return 0
+        holder = self.locker.fence_holder
+        adds, removes = batch.adds, batch.removes
+        newest = self._newest_acks(batch.acks)
+        fenced = holder is not None
+        shape = CommitShape(fenced, self.history, bool(adds), bool(removes), bool(newest))
+        params: dict[str, object] = {"holder": holder}
+        if adds:
+            params.update(
+                add_ids=list(ids),
+                add_containers=[m.container for m in adds],
+                add_prods=[m.msgid_prod for m in adds],
+                add_seqs=[m.msgid_seq for m in adds],
+                add_expirations=[m.expiration for m in adds],
+                add_priorities=[self.column_priority(m.priority) for m in adds],
+                add_msgs=[bytes(m.msg) for m in adds],
+            )
+        if removes:
+            params.update(
+                rm_ids=[r.id for r in removes],
+                rm_containers=[r.container for r in removes],
+                rm_outcomes=[(r.outcome or Outcome.ACKNOWLEDGED).value for r in removes],
+                now=_now_ms(),
+                keep_body=self.history_bodies,
+            )
+        if newest:
+            params.update(
+                ack_containers=[k.container for k, _ in newest],
+                ack_clients=[k.client_id for k, _ in newest],
+                ack_subs=[k.sub_name for k, _ in newest],
+                ack_priorities=[p for _, p in newest],
+                ack_ids=list(newest.values()),
+            )
+        stmt = commit_batch(self.prefix, shape)
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                found, removed = conn.execute(stmt, params).one()
+        except IntegrityError as exc:
+            raise self._duplicate(exc) from None
+        except OperationalError as exc:
+            raise DatabaseUnavailableError(
+                describe_connect_error(exc, self.engine.url)
+                + "; the batch may or may not have been committed"
+            ) from None
+        if fenced:
+            self.locker.check_fence(found)
+        return int(removed)
 
     def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
         cursor = after or FIRST
@@ -427,8 +490,7 @@ class PostgresStore:
         self.topics.delete(key)
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
-        with self.transaction() as conn:
-            self.apply_acks(conn, acks)
+        self._write_batch(Batch(acks=list(acks)), [])
         self._counters["acked"] += len(acks)
 
     def page_subscription(
