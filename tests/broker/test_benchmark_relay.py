@@ -30,6 +30,6 @@ def relay_port(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[int]:
 
 def test_relay_serves_every_workload(relay_port: int) -> None:
     for workload in "abcde":
-        # run_workload raises if a receipt or a message is missing (consumers wait for all)
-        seconds = stomppy_workloads.run_workload(workload, relay_port, 400, f"relay.{workload}")
-        assert seconds > 0
+        # The assertion is run_workload's own: it raises when a receipt or a message is
+        # missing (every producer waits for its receipts, every consumer for all its messages).
+        stomppy_workloads.run_workload(workload, relay_port, 400, f"relay.{workload}")
