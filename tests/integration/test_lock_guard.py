@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from mqstore.errors import LockLostError
 from mqstore.lock import LeaseLocker, read_lock
 from mqstore.schema import build_schema
-from mqstore.store import PostgresStore
+from mqstore.store import NewMessage, PostgresStore
 from tests.integration.conftest import msg
 
 SCHEMA = build_schema("")
@@ -88,3 +88,43 @@ def test_a_deposed_master_cannot_commit(engine: Engine) -> None:
         assert store.count("queue://q") == 1
     finally:
         store.stop()
+
+
+@pytest.mark.parametrize("takeover_commits", [True, False], ids=["taken", "rolled-back"])
+def test_a_commit_racing_a_takeover_waits_for_it(engine: Engine, takeover_commits: bool) -> None:
+    """A commit that meets a takeover in flight waits for it, then writes only if the lease
+    is still its own: never beside the new master, never lost when the takeover fails."""
+    store = PostgresStore(
+        engine, locker=_locker(engine, "m1", lease_ms=30_000), cleanup_interval_s=0
+    )
+    store.start()
+    outcome: list[BaseException | list[int]] = []
+    try:
+        with engine.connect() as thief:
+            thief.execute(sa.text("UPDATE activemq_lock SET broker_name = 'm2' WHERE id = 1"))
+            adder = threading.Thread(
+                target=lambda: outcome.append(_add_or_error(store, msg("queue://q", 1)))
+            )
+            adder.start()
+            adder.join(0.5)
+            assert adder.is_alive(), "the commit did not wait for the takeover in flight"
+            if takeover_commits:
+                thief.commit()
+            else:
+                thief.rollback()
+        adder.join(10)
+        if takeover_commits:
+            assert isinstance(outcome[0], LockLostError)
+            assert store.count("queue://q") == 0
+        else:
+            assert isinstance(outcome[0], list) and len(outcome[0]) == 1
+            assert store.count("queue://q") == 1
+    finally:
+        store.stop()
+
+
+def _add_or_error(store: PostgresStore, message: NewMessage) -> BaseException | list[int]:
+    try:
+        return store.add([message])
+    except LockLostError as exc:
+        return exc
