@@ -327,8 +327,9 @@ async def bench_mode(
             statistics.median(cpu_us),
         )
         results.append(result)
-        print(f"  {mode} {name}: {result[1]:.0f} msg/s, {result[2]:.3f} rows/msg, "
-              f"{result[3]:.0f} µs broker CPU/msg", flush=True)  # fmt: skip
+        cpu_note = "" if math.isnan(result[3]) else f", {result[3]:.0f} µs broker CPU/msg"
+        print(f"  {mode} {name}: {result[1]:.0f} msg/s, {result[2]:.3f} rows/msg{cpu_note}",
+              flush=True)  # fmt: skip
     return results
 
 
