@@ -54,6 +54,30 @@ class Statements:
     destinations: TextClause
 
 
+def _removal_ctes(msgs: str, param: str, cond: str = "") -> list[str]:
+    """CTEs ``r`` (the (container, id, outcome) triples in ``:{param}ids`` ...) and ``d`` (the
+    visible rows they name, deleted and returned); ``cond`` is extra SQL for d's WHERE."""
+    return [
+        f"r AS (SELECT * FROM unnest(CAST(:{param}ids AS bigint[]), "
+        f"CAST(:{param}containers AS text[]), CAST(:{param}outcomes AS text[])) "
+        "AS r(id, container, outcome))",
+        f"d AS (DELETE FROM {msgs} m USING r WHERE m.id = r.id AND m.container = r.container "
+        # Not `m.xid IS NULL`: on a table not yet analyzed the planner takes that for a few
+        # rows found by _xidx and scans every visible row instead of probing the primary key.
+        f"AND coalesce(m.xid, '') = ''{cond} RETURNING m.id, m.container, m.msgid_prod, "
+        "m.msgid_seq, m.priority, m.expiration, m.msg, r.outcome)",
+    ]
+
+
+def _history_of_removed(history: str) -> str:
+    """INSERT of a history row for every row CTE ``d`` deleted (bodies when :keep_body)."""
+    return (
+        f"INSERT INTO {history} (id, container, msgid_prod, msgid_seq, priority, expiration, "
+        "removed_at, outcome, msg) SELECT id, container, msgid_prod, msgid_seq, priority, "
+        "expiration, :now, outcome, CASE WHEN :keep_body THEN msg END FROM d"
+    )
+
+
 @dataclass(frozen=True)
 class CommitShape:
     """What a store commit holds, which picks its statement (each planned for what it does)."""
@@ -94,21 +118,9 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
         )
     if shape.removes:
         after_adds = " AND (SELECT count(*) FROM i) >= 0" if shape.adds else ""
-        ctes += [
-            "r AS (SELECT * FROM unnest(CAST(:rm_ids AS bigint[]), "
-            "CAST(:rm_containers AS text[]), CAST(:rm_outcomes AS text[])) "
-            "AS r(id, container, outcome))",
-            f"d AS (DELETE FROM {m} m USING r WHERE m.id = r.id AND m.container = r.container "
-            f"AND coalesce(m.xid, '') = ''{guard}{after_adds} RETURNING m.id, m.container, "
-            "m.msgid_prod, m.msgid_seq, m.priority, m.expiration, m.msg, r.outcome)",
-        ]
+        ctes += _removal_ctes(m, "rm_", guard + after_adds)
         if shape.history:
-            ctes.append(
-                f"hi AS (INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, "
-                "expiration, removed_at, outcome, msg) SELECT id, container, msgid_prod, "
-                "msgid_seq, priority, expiration, :now, outcome, "
-                "CASE WHEN :keep_body THEN msg END FROM d)"
-            )
+            ctes.append(f"hi AS ({_history_of_removed(h)})")
     if shape.acks:
         ctes.append(
             f"k AS (UPDATE {a} t SET last_acked_id = k.id, xid = NULL FROM unnest("
@@ -129,15 +141,7 @@ def statements_for(prefix: str = "") -> Statements:
     """Build (once) the statements for ``prefix``."""
     schema = build_schema(prefix)
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
-    removal = (
-        "WITH r AS (SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:containers AS text[]), "
-        "CAST(:outcomes AS text[])) AS r(id, container, outcome)), "
-        f"d AS (DELETE FROM {m} m USING r WHERE m.id = r.id AND m.container = r.container "
-        # Not `m.xid IS NULL`: on a table not yet analyzed the planner takes that for a few
-        # rows found by _xidx and scans every visible row instead of probing the primary key.
-        "AND coalesce(m.xid, '') = '' RETURNING m.id, m.container, m.msgid_prod, m.msgid_seq, "
-        "m.priority, m.expiration, m.msg, r.outcome) "
-    )
+    removal = f"WITH {', '.join(_removal_ctes(m, ''))} "
     pending = (
         f"FROM {m} m JOIN {a} d ON m.container = d.container AND m.priority = d.priority "
         "WHERE d.container = :container AND d.client_id = :client_id "
@@ -153,12 +157,7 @@ def statements_for(prefix: str = "") -> Statements:
             "CAST(:priorities AS bigint[]), CAST(:msgs AS bytea[]), CAST(:xids AS text[]))"
         ),
         delete_msgs=sa.text(removal + "SELECT count(*) FROM d"),
-        delete_msgs_with_history=sa.text(
-            removal
-            + f"INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, expiration, "
-            "removed_at, outcome, msg) SELECT id, container, msgid_prod, msgid_seq, priority, "
-            "expiration, :now, outcome, CASE WHEN :keep_body THEN msg END FROM d"
-        ),
+        delete_msgs_with_history=sa.text(removal + _history_of_removed(h)),
         insert_history=sa.text(
             f"INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, expiration, "
             "removed_at, outcome, msg) SELECT * FROM unnest(CAST(:ids AS bigint[]), "
