@@ -54,13 +54,31 @@ class Statements:
     destinations: TextClause
 
 
+def _unnest(columns: str) -> str:
+    """``unnest`` over parallel array parameters, given as ``"name type, name type, ..."``."""
+    pairs = (column.split() for column in columns.split(","))
+    return "unnest(" + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in pairs) + ")"
+
+
+def _insert_msgs(msgs: str) -> str:
+    """INSERT of MSGS rows from parallel arrays :ids, :containers, ... :xids."""
+    return (
+        f"INSERT INTO {msgs} (id, container, msgid_prod, msgid_seq, expiration, priority, msg, "
+        "xid) SELECT * FROM "
+        + _unnest(
+            "ids bigint, containers text, prods text, seqs bigint, expirations bigint, "
+            "priorities bigint, msgs bytea, xids text"
+        )
+    )
+
+
 def _removal_ctes(msgs: str, param: str, cond: str = "") -> list[str]:
     """CTEs ``r`` (the (container, id, outcome) triples in ``:{param}ids`` ...) and ``d`` (the
     visible rows they name, deleted and returned); ``cond`` is extra SQL for d's WHERE."""
     return [
-        f"r AS (SELECT * FROM unnest(CAST(:{param}ids AS bigint[]), "
-        f"CAST(:{param}containers AS text[]), CAST(:{param}outcomes AS text[])) "
-        "AS r(id, container, outcome))",
+        "r AS (SELECT * FROM "
+        + _unnest(f"{param}ids bigint, {param}containers text, {param}outcomes text")
+        + " AS r(id, container, outcome))",
         f"d AS (DELETE FROM {msgs} m USING r WHERE m.id = r.id AND m.container = r.container "
         # Not `m.xid IS NULL`: on a table not yet analyzed the planner takes that for a few
         # rows found by _xidx and scans every visible row instead of probing the primary key.
@@ -98,8 +116,8 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     for it, and it returns the holder it found so the caller can tell it was deposed. The
     removal waits for the insert (it reads its count), so adds come first as in a
     transaction: re-adding the JMS id of a message the batch removes is a duplicate.
-    Parameters are parallel arrays (``:add_*``, ``:rm_*``, ``:ack_*``); returns one row
-    (holder found or NULL, rows removed).
+    Parameters are parallel arrays: those of ``insert_msgs`` for the adds, ``:rm_*`` for the
+    removals, ``:ack_*`` for the acks. Returns one row (holder found or NULL, rows removed).
     """
     schema = build_schema(prefix)
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
@@ -108,14 +126,7 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     if shape.fenced:
         ctes.append(f"f AS (SELECT broker_name FROM {schema.lock.name} WHERE id = 1 FOR SHARE)")
     if shape.adds:
-        ctes.append(
-            f"i AS (INSERT INTO {m} (id, container, msgid_prod, msgid_seq, expiration, priority, "
-            "msg, xid) SELECT *, CAST(NULL AS text) FROM unnest(CAST(:add_ids AS bigint[]), "
-            "CAST(:add_containers AS text[]), CAST(:add_prods AS text[]), "
-            "CAST(:add_seqs AS bigint[]), CAST(:add_expirations AS bigint[]), "
-            "CAST(:add_priorities AS bigint[]), CAST(:add_msgs AS bytea[])) AS u "
-            f"WHERE true{guard} RETURNING 1)"
-        )
+        ctes.append(f"i AS ({_insert_msgs(m)} AS u WHERE true{guard} RETURNING 1)")
     if shape.removes:
         after_adds = " AND (SELECT count(*) FROM i) >= 0" if shape.adds else ""
         ctes += _removal_ctes(m, "rm_", guard + after_adds)
@@ -123,10 +134,12 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
             ctes.append(f"hi AS ({_history_of_removed(h)})")
     if shape.acks:
         ctes.append(
-            f"k AS (UPDATE {a} t SET last_acked_id = k.id, xid = NULL FROM unnest("
-            "CAST(:ack_containers AS text[]), CAST(:ack_clients AS text[]), "
-            "CAST(:ack_subs AS text[]), CAST(:ack_priorities AS bigint[]), "
-            "CAST(:ack_ids AS bigint[])) AS k(container, client_id, sub_name, priority, id) "
+            f"k AS (UPDATE {a} t SET last_acked_id = k.id, xid = NULL FROM "
+            + _unnest(
+                "ack_containers text, ack_clients text, ack_subs text, ack_priorities bigint, "
+                "ack_ids bigint"
+            )
+            + " AS k(container, client_id, sub_name, priority, id) "
             "WHERE t.container = k.container AND t.client_id = k.client_id "
             "AND t.sub_name = k.sub_name AND t.priority = k.priority "
             f"AND (t.last_acked_id IS NULL OR t.last_acked_id < k.id){guard})"
@@ -150,20 +163,16 @@ def statements_for(prefix: str = "") -> Statements:
     return Statements(
         schema=schema,
         insert_msg=sa.insert(schema.msgs),
-        insert_msgs=sa.text(
-            f"INSERT INTO {m} (id, container, msgid_prod, msgid_seq, expiration, priority, msg, "
-            "xid) SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:containers AS text[]), "
-            "CAST(:prods AS text[]), CAST(:seqs AS bigint[]), CAST(:expirations AS bigint[]), "
-            "CAST(:priorities AS bigint[]), CAST(:msgs AS bytea[]), CAST(:xids AS text[]))"
-        ),
+        insert_msgs=sa.text(_insert_msgs(m)),
         delete_msgs=sa.text(removal + "SELECT count(*) FROM d"),
         delete_msgs_with_history=sa.text(removal + _history_of_removed(h)),
         insert_history=sa.text(
             f"INSERT INTO {h} (id, container, msgid_prod, msgid_seq, priority, expiration, "
-            "removed_at, outcome, msg) SELECT * FROM unnest(CAST(:ids AS bigint[]), "
-            "CAST(:containers AS text[]), CAST(:prods AS text[]), CAST(:seqs AS bigint[]), "
-            "CAST(:priorities AS bigint[]), CAST(:expirations AS bigint[]), "
-            "CAST(:removed AS bigint[]), CAST(:outcomes AS text[]), CAST(:msgs AS bytea[]))"
+            "removed_at, outcome, msg) SELECT * FROM "
+            + _unnest(
+                "ids bigint, containers text, prods text, seqs bigint, priorities bigint, "
+                "expirations bigint, removed bigint, outcomes text, msgs bytea"
+            )
         ),
         page_queue=sa.text(
             f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "

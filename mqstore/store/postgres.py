@@ -239,18 +239,8 @@ class PostgresStore:
         if not rows:
             return
         # One statement over arrays: far less server work than a statement per row.
-        params = {
-            "ids": [r["id"] for r in rows],
-            "containers": [r["container"] for r in rows],
-            "prods": [r["msgid_prod"] for r in rows],
-            "seqs": [r["msgid_seq"] for r in rows],
-            "expirations": [r["expiration"] for r in rows],
-            "priorities": [r["priority"] for r in rows],
-            "msgs": [r["msg"] for r in rows],
-            "xids": [r["xid"] for r in rows],
-        }
         try:
-            conn.execute(self.sql.insert_msgs, params)
+            conn.execute(self.sql.insert_msgs, _insert_params(rows))
         except IntegrityError as exc:
             raise self._duplicate(exc) from None
 
@@ -270,11 +260,7 @@ class PostgresStore:
         """Delete visible rows by (container, id), recording history; returns rows deleted."""
         if not removals:
             return 0
-        params = {
-            "ids": [r.id for r in removals],
-            "containers": [r.container for r in removals],
-            "outcomes": [(r.outcome or default).value for r in removals],
-        }
+        params = _removal_params(removals, default)
         if self.history:
             stmt = self.sql.delete_msgs_with_history
             params.update(now=_now_ms(), keep_body=self.history_bodies)
@@ -355,23 +341,10 @@ class PostgresStore:
         shape = CommitShape(fenced, self.history, bool(adds), bool(removes), bool(newest))
         params: dict[str, object] = {"holder": holder}
         if adds:
-            params.update(
-                add_ids=list(ids),
-                add_containers=[m.container for m in adds],
-                add_prods=[m.msgid_prod for m in adds],
-                add_seqs=[m.msgid_seq for m in adds],
-                add_expirations=[m.expiration for m in adds],
-                add_priorities=[self.column_priority(m.priority) for m in adds],
-                add_msgs=[bytes(m.msg) for m in adds],
-            )
+            params.update(_insert_params(self.rows_for(adds, ids, None)))
         if removes:
-            params.update(
-                rm_ids=[r.id for r in removes],
-                rm_containers=[r.container for r in removes],
-                rm_outcomes=[(r.outcome or Outcome.ACKNOWLEDGED).value for r in removes],
-                now=_now_ms(),
-                keep_body=self.history_bodies,
-            )
+            params.update(_removal_params(removes, Outcome.ACKNOWLEDGED, "rm_"))
+            params.update(now=_now_ms(), keep_body=self.history_bodies)
         if newest:
             params.update(
                 ack_containers=[k.container for k, _ in newest],
@@ -577,6 +550,32 @@ class PostgresStore:
             )
 
         return self.read(read)
+
+
+def _insert_params(rows: list[dict[str, object]]) -> dict[str, object]:
+    """The parallel arrays of the ``insert_msgs`` statement for :meth:`PostgresStore.rows_for`
+    rows."""
+    return {
+        "ids": [r["id"] for r in rows],
+        "containers": [r["container"] for r in rows],
+        "prods": [r["msgid_prod"] for r in rows],
+        "seqs": [r["msgid_seq"] for r in rows],
+        "expirations": [r["expiration"] for r in rows],
+        "priorities": [r["priority"] for r in rows],
+        "msgs": [r["msg"] for r in rows],
+        "xids": [r["xid"] for r in rows],
+    }
+
+
+def _removal_params(
+    removals: Sequence[Removal], default: Outcome, prefix: str = ""
+) -> dict[str, object]:
+    """The parallel arrays of a removal (``:{prefix}ids``, ``containers``, ``outcomes``)."""
+    return {
+        f"{prefix}ids": [r.id for r in removals],
+        f"{prefix}containers": [r.container for r in removals],
+        f"{prefix}outcomes": [(r.outcome or default).value for r in removals],
+    }
 
 
 __all__ = ["PostgresStore"]
