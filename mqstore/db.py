@@ -7,6 +7,7 @@ from typing import TypeVar
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.types.array import ListBinaryDumper
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
@@ -14,6 +15,18 @@ from mqstore.errors import ConfigError, DatabaseUnavailableError
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 T = TypeVar("T")
+
+
+class ByteaArray(list[bytes]):
+    """Byte strings for a ``bytea[]`` parameter, sent in PostgreSQL's binary format.
+
+    psycopg sends a plain list as a text array: every byte of every element hex-escaped,
+    then quoted, and parsed back by the server, about 10 µs per KiB on each side. Message
+    bodies go in arrays on every insert, so they travel as they are instead.
+    """
+
+
+psycopg.adapters.register_dumper(ByteaArray, ListBinaryDumper)
 
 
 def parse_dsn(dsn: str) -> URL:

@@ -7,14 +7,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from mqstore import migrate
-from mqstore.db import check_connection, describe_connect_error
+from mqstore.db import ByteaArray, check_connection, describe_connect_error
 from mqstore.errors import (
     DatabaseUnavailableError,
     DuplicateMessageError,
@@ -562,7 +562,7 @@ def _insert_params(rows: list[dict[str, object]]) -> dict[str, object]:
         "seqs": [r["msgid_seq"] for r in rows],
         "expirations": [r["expiration"] for r in rows],
         "priorities": [r["priority"] for r in rows],
-        "msgs": [r["msg"] for r in rows],
+        "msgs": ByteaArray(cast(bytes, r["msg"]) for r in rows),
         "xids": [r["xid"] for r in rows],
     }
 
