@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from journal.format import Position
 from journal.state import ElidedRow, PendingState, history_copy
+from mqstore.db import ByteaArray
 from mqstore.store.model import Ack, Outcome, Removal, StoredMessage
 from mqstore.store.postgres import PostgresStore
 
@@ -123,7 +124,7 @@ def _write_history(conn: Connection, pg: PostgresStore, rows: list[ElidedRow]) -
                 "expirations": [m.expiration for m in msgs],
                 "removed": [r.removed_at for r in chunk],
                 "outcomes": [r.outcome.value for r in chunk],
-                "msgs": [m.msg if bodies else None for m in msgs],
+                "msgs": ByteaArray(m.msg for m in msgs) if bodies else [None] * len(msgs),
             },
         )
 

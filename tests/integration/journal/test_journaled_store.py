@@ -56,6 +56,26 @@ def test_add_and_remove_within_a_window_is_elided_but_recorded(
     assert count_rows(engine, "mqstore_history") == 50
 
 
+def test_history_keeps_exact_bodies_of_elided_and_written_messages(
+    make_journaled: JournaledFactory, engine: Engine
+) -> None:
+    store = make_journaled(history_bodies=True)
+    bodies = [bytes(range(256)) * 4, b"", b'"quoted\\" {a,b} NULL', bytes(5000)]
+    elided = [store.add([msg(Q, i, body=b)])[0] for i, b in enumerate(bodies)]
+    assert store.remove(Q, elided) == len(bodies)
+    written = store.add([msg(Q, 100 + i, body=b) for i, b in enumerate(bodies)])
+    result = store.checkpoint()
+    assert result is not None and result.elided == len(bodies) and result.written == len(bodies)
+    assert store.remove(Q, written) == len(bodies)
+    store.checkpoint()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT msgid_seq, msg FROM mqstore_history ORDER BY msgid_seq")
+        ).all()
+    expected = [*enumerate(bodies), *((100 + i, b) for i, b in enumerate(bodies))]
+    assert [(seq, bytes(body)) for seq, body in rows] == expected
+
+
 def test_slow_consumer_gets_batched_writes(
     make_journaled: JournaledFactory, engine: Engine
 ) -> None:
