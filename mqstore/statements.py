@@ -40,7 +40,8 @@ class Statements:
     count_subscription: TextClause
     #: Pending messages of every subscription (stats).
     count_all_subscriptions: TextClause
-    #: Advance LAST_ACKED_ID of (container, client, sub, priority) to :id, never backwards.
+    #: Advance LAST_ACKED_ID of each (container, client, sub, priority) in the arrays
+    #: :containers, :clients, :subs, :priorities to :ids, never backwards.
     ack_subscription: TextClause
     #: Up to :limit topic message IDs every subscription (per priority) has acknowledged.
     cleanup_candidates: TextClause
@@ -96,6 +97,23 @@ def _history_of_removed(history: str) -> str:
     )
 
 
+def _ack_update(acks: str, param: str, cond: str = "") -> str:
+    """UPDATE advancing LAST_ACKED_ID, never backwards, for the (container, client, sub,
+    priority, id) rows in ``:{param}containers`` ... ``:{param}ids``; ``cond`` is extra SQL
+    for its WHERE."""
+    return (
+        f"UPDATE {acks} t SET last_acked_id = k.id, xid = NULL FROM "
+        + _unnest(
+            f"{param}containers text, {param}clients text, {param}subs text, "
+            f"{param}priorities bigint, {param}ids bigint"
+        )
+        + " AS k(container, client_id, sub_name, priority, id) "
+        "WHERE t.container = k.container AND t.client_id = k.client_id "
+        "AND t.sub_name = k.sub_name AND t.priority = k.priority "
+        f"AND (t.last_acked_id IS NULL OR t.last_acked_id < k.id){cond}"
+    )
+
+
 @dataclass(frozen=True)
 class CommitShape:
     """What a store commit holds, which picks its statement (each planned for what it does)."""
@@ -133,17 +151,7 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
         if shape.history:
             ctes.append(f"hi AS ({_history_of_removed(h)})")
     if shape.acks:
-        ctes.append(
-            f"k AS (UPDATE {a} t SET last_acked_id = k.id, xid = NULL FROM "
-            + _unnest(
-                "ack_containers text, ack_clients text, ack_subs text, ack_priorities bigint, "
-                "ack_ids bigint"
-            )
-            + " AS k(container, client_id, sub_name, priority, id) "
-            "WHERE t.container = k.container AND t.client_id = k.client_id "
-            "AND t.sub_name = k.sub_name AND t.priority = k.priority "
-            f"AND (t.last_acked_id IS NULL OR t.last_acked_id < k.id){guard})"
-        )
+        ctes.append(f"k AS ({_ack_update(a, 'ack_', guard)})")
     found = "(SELECT broker_name FROM f)" if shape.fenced else "CAST(NULL AS text)"
     removed = "(SELECT count(*) FROM d)" if shape.removes else "0"
     return sa.text(f"WITH {', '.join(ctes)} SELECT {found}, {removed}")
@@ -197,11 +205,7 @@ def statements_for(prefix: str = "") -> Statements:
             "AND m.priority = d.priority AND m.id > d.last_acked_id AND m.xid IS NULL "
             "WHERE d.container LIKE 'topic://%' GROUP BY d.container, d.client_id, d.sub_name"
         ),
-        ack_subscription=sa.text(
-            f"UPDATE {a} SET last_acked_id = :id, xid = NULL WHERE container = :container "
-            "AND client_id = :client_id AND sub_name = :sub_name AND priority = :priority "
-            "AND (last_acked_id IS NULL OR last_acked_id < :id)"
-        ),
+        ack_subscription=sa.text(_ack_update(a, "")),
         cleanup_candidates=sa.text(
             f"SELECT m.id FROM (SELECT container, priority, min(last_acked_id) AS upto "
             f"FROM {a} WHERE container LIKE 'topic://%' GROUP BY container, priority) s "

@@ -279,19 +279,7 @@ class PostgresStore:
         """Advance LAST_ACKED_ID, reduced to the newest ack per subscription and priority."""
         newest = self._newest_acks(acks)
         if newest:
-            conn.execute(
-                self.sql.ack_subscription,
-                [
-                    {
-                        "container": k.container,
-                        "client_id": k.client_id,
-                        "sub_name": k.sub_name,
-                        "priority": p,
-                        "id": i,
-                    }
-                    for (k, p), i in newest.items()
-                ],
-            )
+            conn.execute(self.sql.ack_subscription, _ack_params(newest))
 
     # ------------------------------------------------------------------ messages
     def add(self, messages: Sequence[NewMessage]) -> list[int]:
@@ -344,15 +332,10 @@ class PostgresStore:
             params.update(_insert_params(self.rows_for(adds, ids, None)))
         if removes:
             params.update(_removal_params(removes, Outcome.ACKNOWLEDGED, "rm_"))
-            params.update(now=_now_ms(), keep_body=self.history_bodies)
+            if self.history:
+                params.update(now=_now_ms(), keep_body=self.history_bodies)
         if newest:
-            params.update(
-                ack_containers=[k.container for k, _ in newest],
-                ack_clients=[k.client_id for k, _ in newest],
-                ack_subs=[k.sub_name for k, _ in newest],
-                ack_priorities=[p for _, p in newest],
-                ack_ids=list(newest.values()),
-            )
+            params.update(_ack_params(newest, "ack_"))
         stmt = commit_batch(self.prefix, shape)
         try:
             with self.engine.connect() as conn:
@@ -575,6 +558,20 @@ def _removal_params(
         f"{prefix}ids": [r.id for r in removals],
         f"{prefix}containers": [r.container for r in removals],
         f"{prefix}outcomes": [(r.outcome or default).value for r in removals],
+    }
+
+
+def _ack_params(
+    newest: dict[tuple[SubscriptionKey, int], int], prefix: str = ""
+) -> dict[str, object]:
+    """The parallel arrays of an ack update (``:{prefix}containers`` ... ``ids``) for
+    :meth:`PostgresStore._newest_acks`' result."""
+    return {
+        f"{prefix}containers": [k.container for k, _ in newest],
+        f"{prefix}clients": [k.client_id for k, _ in newest],
+        f"{prefix}subs": [k.sub_name for k, _ in newest],
+        f"{prefix}priorities": [p for _, p in newest],
+        f"{prefix}ids": list(newest.values()),
     }
 
 
