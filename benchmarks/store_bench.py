@@ -10,8 +10,6 @@ migrates it, and drops it at the end. Every figure is messages per second of 1 K
 * raw ceilings: autocommit INSERT per row, and COPY 1000 rows + ``DELETE ... = ANY``.
 
 Batch size 1 runs ``--batch1-messages`` messages (default 2000): a round trip per message.
-``--plan-cache-mode`` sets PostgreSQL's ``plan_cache_mode`` on the store's connections
-(docs/store-api.md says why the store runs with the default).
 """
 
 from __future__ import annotations
@@ -150,9 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--batch1-messages", type=int, default=2_000)
     parser.add_argument("--batches", default="1,100,1000")
-    parser.add_argument(
-        "--plan-cache-mode", choices=["auto", "force_generic_plan", "force_custom_plan"]
-    )
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("give --dsn or set MQSTORE_TEST_DSN")
@@ -162,10 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = parse_dsn(args.dsn).set(database=name)
-    options = f"-c plan_cache_mode={args.plan_cache_mode}" if args.plan_cache_mode else ""
-    engine = create_engine(
-        url.render_as_string(hide_password=False), connect_args={"options": options}
-    )
+    engine = create_engine(url.render_as_string(hide_password=False))
     try:
         migrate.upgrade(engine)
         print(f"{'batch':>6} {'messages':>9} {'add':>10} {'remove':>10} {'add+remove':>11}")

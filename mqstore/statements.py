@@ -7,6 +7,7 @@ SQL can be reviewed (and EXPLAINed in tests) in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from functools import lru_cache
 
 import sqlalchemy as sa
@@ -55,30 +56,48 @@ class Statements:
     destinations: TextClause
 
 
-def _unnest(columns: str) -> str:
-    """``unnest`` over parallel array parameters, given as ``"name type, name type, ..."``."""
-    pairs = (column.split() for column in columns.split(","))
+class Rows(IntEnum):
+    """How many rows a part of a statement takes: one row binds scalars (``VALUES``), many
+    bind parallel arrays (``unnest``); the one-row form costs the server and the driver about
+    half as much, which is what a lone producer waiting for each receipt pays."""
+
+    NONE = 0
+    ONE = 1
+    MANY = 2
+
+    @classmethod
+    def of(cls, count: int) -> Rows:
+        return cls(min(count, 2))
+
+
+def _unnest(columns: str, rows: Rows = Rows.MANY) -> str:
+    """A row source over parameters given as ``"name type, name type, ..."``: ``unnest`` of
+    parallel arrays, or with ``Rows.ONE`` a one-row ``VALUES`` of scalars."""
+    pairs = [column.split() for column in columns.split(",")]
+    if rows is Rows.ONE:
+        return "(VALUES (" + ", ".join(f"CAST(:{name} AS {kind})" for name, kind in pairs) + "))"
     return "unnest(" + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in pairs) + ")"
 
 
-def _insert_msgs(msgs: str) -> str:
+def _insert_msgs(msgs: str, rows: Rows = Rows.MANY) -> str:
     """INSERT of MSGS rows from parallel arrays :ids, :containers, ... :xids."""
     return (
         f"INSERT INTO {msgs} (id, container, msgid_prod, msgid_seq, expiration, priority, msg, "
         "xid) SELECT * FROM "
         + _unnest(
             "ids bigint, containers text, prods text, seqs bigint, expirations bigint, "
-            "priorities bigint, msgs bytea, xids text"
+            "priorities bigint, msgs bytea, xids text",
+            rows,
         )
     )
 
 
-def _removal_ctes(msgs: str, param: str, cond: str = "") -> list[str]:
+def _removal_ctes(msgs: str, param: str, cond: str = "", rows: Rows = Rows.MANY) -> list[str]:
     """CTEs ``r`` (the (container, id, outcome) triples in ``:{param}ids`` ...) and ``d`` (the
     visible rows they name, deleted and returned); ``cond`` is extra SQL for d's WHERE."""
     return [
         "r AS (SELECT * FROM "
-        + _unnest(f"{param}ids bigint, {param}containers text, {param}outcomes text")
+        + _unnest(f"{param}ids bigint, {param}containers text, {param}outcomes text", rows)
         + " AS r(id, container, outcome))",
         f"d AS (DELETE FROM {msgs} m USING r WHERE m.id = r.id AND m.container = r.container "
         # Not `m.xid IS NULL`: on a table not yet analyzed the planner takes that for a few
@@ -97,7 +116,7 @@ def _history_of_removed(history: str) -> str:
     )
 
 
-def _ack_update(acks: str, param: str, cond: str = "") -> str:
+def _ack_update(acks: str, param: str, cond: str = "", rows: Rows = Rows.MANY) -> str:
     """UPDATE advancing LAST_ACKED_ID, never backwards, for the (container, client, sub,
     priority, id) rows in ``:{param}containers`` ... ``:{param}ids``; ``cond`` is extra SQL
     for its WHERE."""
@@ -105,7 +124,8 @@ def _ack_update(acks: str, param: str, cond: str = "") -> str:
         f"UPDATE {acks} t SET last_acked_id = k.id, xid = NULL FROM "
         + _unnest(
             f"{param}containers text, {param}clients text, {param}subs text, "
-            f"{param}priorities bigint, {param}ids bigint"
+            f"{param}priorities bigint, {param}ids bigint",
+            rows,
         )
         + " AS k(container, client_id, sub_name, priority, id) "
         "WHERE t.container = k.container AND t.client_id = k.client_id "
@@ -120,9 +140,9 @@ class CommitShape:
 
     fenced: bool
     history: bool
-    adds: bool
-    removes: bool
-    acks: bool
+    adds: Rows
+    removes: Rows
+    acks: Rows
 
 
 @lru_cache(maxsize=256)
@@ -134,8 +154,9 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     for it, and it returns the holder it found so the caller can tell it was deposed. The
     removal waits for the insert (it reads its count), so adds come first as in a
     transaction: re-adding the JMS id of a message the batch removes is a duplicate.
-    Parameters are parallel arrays: those of ``insert_msgs`` for the adds, ``:rm_*`` for the
-    removals, ``:ack_*`` for the acks. Returns one row (holder found or NULL, rows removed).
+    Parameters are those of ``insert_msgs`` for the adds, ``:rm_*`` for the removals,
+    ``:ack_*`` for the acks: parallel arrays, or scalars for a part of ``Rows.ONE``. Returns
+    one row (holder found or NULL, rows removed).
     """
     schema = build_schema(prefix)
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
@@ -144,14 +165,14 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     if shape.fenced:
         ctes.append(f"f AS (SELECT broker_name FROM {schema.lock.name} WHERE id = 1 FOR SHARE)")
     if shape.adds:
-        ctes.append(f"i AS ({_insert_msgs(m)} AS u WHERE true{guard} RETURNING 1)")
+        ctes.append(f"i AS ({_insert_msgs(m, shape.adds)} AS u WHERE true{guard} RETURNING 1)")
     if shape.removes:
         after_adds = " AND (SELECT count(*) FROM i) >= 0" if shape.adds else ""
-        ctes += _removal_ctes(m, "rm_", guard + after_adds)
+        ctes += _removal_ctes(m, "rm_", guard + after_adds, shape.removes)
         if shape.history:
             ctes.append(f"hi AS ({_history_of_removed(h)})")
     if shape.acks:
-        ctes.append(f"k AS ({_ack_update(a, 'ack_', guard)})")
+        ctes.append(f"k AS ({_ack_update(a, 'ack_', guard, shape.acks)})")
     found = "(SELECT broker_name FROM f)" if shape.fenced else "CAST(NULL AS text)"
     removed = "(SELECT count(*) FROM d)" if shape.removes else "0"
     return sa.text(f"WITH {', '.join(ctes)} SELECT {found}, {removed}")

@@ -23,7 +23,8 @@ from mqstore.errors import (
     StoreClosedError,
 )
 from mqstore.lock import Locker, NoLocker
-from mqstore.statements import CommitShape, commit_batch, statements_for
+from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
+from mqstore.store.commit_connections import CommitConnections
 from mqstore.store.model import (
     FIRST,
     NO_BOUND,
@@ -91,6 +92,8 @@ class PostgresStore:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._counters: dict[str, float] = {"added": 0, "removed": 0, "acked": 0, "cleaned": 0}
+        self._commits = CommitConnections(engine)
+        self._commit_sql: dict[CommitShape, str] = {}
         self.xa = XaOperations(self)
         self.topics = TopicOperations(self)
 
@@ -113,6 +116,7 @@ class PostgresStore:
         with self.engine.connect() as conn:
             self._last_id = int(conn.execute(self.sql.last_sequence).scalar_one())
         self._stopping.clear()
+        self._commits.reopen()
         self._started = True
         self._spawn("mqstore-lock-keeper", self._keep_lock, self.locker.renew_interval_s)
         if self.cleanup_interval_s > 0:
@@ -128,6 +132,7 @@ class PostgresStore:
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads.clear()
+        self._commits.close()
         self.locker.release()
 
     def _spawn(self, name: str, fn: Callable[[], None], every_s: float) -> None:
@@ -326,21 +331,22 @@ class PostgresStore:
         adds, removes = batch.adds, batch.removes
         newest = self._newest_acks(batch.acks)
         fenced = holder is not None
-        shape = CommitShape(fenced, self.history, bool(adds), bool(removes), bool(newest))
+        shape = CommitShape(
+            fenced, self.history, Rows.of(len(adds)), Rows.of(len(removes)), Rows.of(len(newest))
+        )
         params: dict[str, object] = {"holder": holder}
         if adds:
-            params.update(_insert_params(self.rows_for(adds, ids, None)))
+            params.update(_bind(shape.adds, _insert_params(self.rows_for(adds, ids, None))))
         if removes:
-            params.update(_removal_params(removes, Outcome.ACKNOWLEDGED, "rm_"))
+            removal = _removal_params(removes, Outcome.ACKNOWLEDGED, "rm_")
+            params.update(_bind(shape.removes, removal))
             if self.history:
                 params.update(now=_now_ms(), keep_body=self.history_bodies)
         if newest:
-            params.update(_ack_params(newest, "ack_"))
-        stmt = commit_batch(self.prefix, shape)
+            params.update(_bind(shape.acks, _ack_params(newest, "ack_")))
         try:
-            with self.engine.connect() as conn:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
-                found, removed = conn.execute(stmt, params).one()
+            with self._commits.connection() as conn:
+                found, removed = conn.exec_driver_sql(self._commit_statement(shape), params).one()
         except IntegrityError as exc:
             raise self._duplicate(exc) from None
         except OperationalError as exc:
@@ -351,6 +357,16 @@ class PostgresStore:
         if fenced:
             self.locker.check_fence(found)
         return int(removed)
+
+    def _commit_statement(self, shape: CommitShape) -> str:
+        """The commit statement of ``shape`` compiled for the driver (run past SQLAlchemy's
+        statement compilation, which would cost more per commit than the statement's own
+        parameters)."""
+        sql = self._commit_sql.get(shape)
+        if sql is None:
+            stmt = commit_batch(self.prefix, shape)
+            sql = self._commit_sql[shape] = str(stmt.compile(dialect=self.engine.dialect))
+        return sql
 
     def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
         cursor = after or FIRST
@@ -548,6 +564,13 @@ def _insert_params(rows: list[dict[str, object]]) -> dict[str, object]:
         "msgs": ByteaArray(cast(bytes, r["msg"]) for r in rows),
         "xids": [r["xid"] for r in rows],
     }
+
+
+def _bind(rows: Rows, arrays: dict[str, object]) -> dict[str, object]:
+    """Parameters for a statement part of ``rows``: the arrays, or for one row their items."""
+    if rows is Rows.ONE:
+        return {name: cast(list[object], values)[0] for name, values in arrays.items()}
+    return arrays
 
 
 def _removal_params(

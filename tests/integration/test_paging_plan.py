@@ -1,4 +1,5 @@
-"""The store's paging SQL stays an index range scan on deep destinations (reference §12 #6).
+"""The store's paging SQL stays an index range scan on deep destinations (reference §12 #6),
+and its commits remove by primary key.
 
 Before ActiveMQ 5.15.12 the paging query sorted whole queues; here each page must be one
 range scan of ``activemq_msgs_cpidx`` positioned by the ``(-priority, id)`` row comparison,
@@ -15,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from mqstore.db import create_engine
-from mqstore.statements import statements_for
+from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
 from tests.conftest import Databases
 
 SQL = statements_for("")
@@ -148,3 +149,30 @@ def test_plans_give_the_right_rows(deep: Engine) -> None:
         assert conn.execute(SQL.count_queue, {"container": "queue://deep"}).scalar_one() == DEPTH
         pending = {"container": "topic://deep", "client_id": "c", "sub_name": "s"}
         assert conn.execute(SQL.count_subscription, pending).scalar_one() == DEPTH - 20_000
+
+
+@pytest.mark.parametrize("rows", [Rows.ONE, Rows.MANY], ids=["one", "many"])
+def test_commit_removal_probes_by_id(deep: Engine, rows: Rows) -> None:
+    # A store commit that consumes messages, planned for its parameters as the store's
+    # commit connections do (custom plans): one index probe by ID per message, never a scan
+    # of the destination (as _uidx or _cidx, which lead with CONTAINER, would be).
+    stmt = commit_batch("", CommitShape(True, True, Rows.NONE, rows, Rows.NONE))
+    ids = [150_000] if rows is Rows.ONE else [150_000, 150_001, 150_002]
+    params: dict[str, Any] = {
+        "holder": "b",
+        "rm_ids": ids,
+        "rm_containers": ["queue://deep"] * len(ids),
+        "rm_outcomes": ["A"] * len(ids),
+        "now": 0,
+        "keep_body": False,
+    }
+    if rows is Rows.ONE:
+        params.update({k: v[0] for k, v in params.items() if k.startswith("rm_")})
+    nodes = list(_nodes(_plan(deep, stmt, params)))
+    [scan] = [
+        n for n in nodes if n.get("Relation Name") == "activemq_msgs" and "Scan" in n["Node Type"]
+    ]
+    assert scan["Node Type"] == "Index Scan", scan
+    # The primary key or ActiveMQ's _iidx (ID, XID, CONTAINER): both lead with ID.
+    assert scan["Index Name"] in ("activemq_msgs_pkey", "activemq_msgs_iidx"), scan
+    assert scan["Index Cond"].startswith("((id = "), scan["Index Cond"]

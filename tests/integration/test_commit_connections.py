@@ -1,0 +1,95 @@
+"""The store's kept autocommit connections for its one-statement commits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from mqstore.db import libpq_dsn
+from mqstore.errors import DatabaseUnavailableError
+from mqstore.store import PostgresStore
+from mqstore.store.commit_connections import CommitConnections
+from tests.integration.conftest import msg
+
+Q = "queue://orders"
+
+
+@pytest.fixture
+def one_connection_engine(dsn: str) -> Iterator[Engine]:
+    """A pool of exactly one connection, so what the commits leave in it shows."""
+    eng = sa.create_engine(dsn, pool_size=1, max_overflow=0)
+    yield eng
+    eng.dispose()
+
+
+def _pid(conn: Connection) -> int:
+    return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+
+def _setting(conn: Connection) -> str:
+    return str(conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one())
+
+
+def test_commits_reuse_one_autocommit_connection_that_plans_each_execution(
+    engine: Engine, dsn: str
+) -> None:
+    commits = CommitConnections(engine)
+    with commits.connection() as conn:
+        first = _pid(conn)
+        assert _setting(conn) == "force_custom_plan"
+        conn.exec_driver_sql("CREATE TABLE t (n int)")
+        conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+    with psycopg.connect(libpq_dsn(dsn)) as other:  # committed without a COMMIT
+        assert other.execute("SELECT n FROM t").fetchall() == [(1,)]
+    with commits.connection() as conn:
+        assert _pid(conn) == first
+    commits.close()
+
+
+def test_a_failed_statement_gives_its_connection_back(one_connection_engine: Engine) -> None:
+    commits = CommitConnections(one_connection_engine)
+    with pytest.raises(DBAPIError), commits.connection() as conn:
+        first = _pid(conn)
+        conn.exec_driver_sql("SELECT 1/0")
+    with one_connection_engine.connect() as pooled:  # the pool has it back, reset
+        assert _pid(pooled) == first
+        assert _setting(pooled) == "auto"
+    with commits.connection() as conn:  # and the next commit works
+        assert _setting(conn) == "force_custom_plan"
+    commits.close()
+
+
+def test_close_gives_connections_back_as_the_pool_hands_them_out(
+    one_connection_engine: Engine,
+) -> None:
+    commits = CommitConnections(one_connection_engine)
+    with commits.connection() as conn:
+        kept = _pid(conn)
+    commits.close()
+    with one_connection_engine.connect() as pooled:
+        assert _pid(pooled) == kept
+        assert _setting(pooled) == "auto"
+        assert pooled.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+        pooled.exec_driver_sql("CREATE TABLE t (n int)")
+        pooled.rollback()  # a transaction again: nothing was committed
+        assert pooled.exec_driver_sql("SELECT to_regclass('t')").scalar_one() is None
+
+
+def test_a_lost_database_connection_fails_one_commit_then_the_store_reconnects(
+    store: PostgresStore, dsn: str
+) -> None:
+    store.add([msg(Q, 1)])
+    with psycopg.connect(libpq_dsn(dsn), autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    with pytest.raises(DatabaseUnavailableError, match="may or may not have been committed"):
+        store.add([msg(Q, 2)])
+    store.add([msg(Q, 3)])
+    assert [m.msgid_seq for m in store.page(Q, None, 10)] == [1, 3]
