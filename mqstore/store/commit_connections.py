@@ -1,20 +1,26 @@
 """Autocommit connections kept open for the store's one-statement commits.
 
 A commit is one autocommitted statement (docs/store-api.md). Checking a connection out of
-SQLAlchemy's pool for it, switching it to autocommit and back, and resetting it on return
-cost about as much client CPU as the statement itself; a single-message commit, which is
-what a producer waiting for each receipt pays, is then twice as dear. These connections
-stay checked out and in autocommit, and run with custom plans (see :data:`SESSION_SQL`).
+SQLAlchemy's pool for it, switching it to autocommit and back, resetting it on return, and
+building SQLAlchemy's execution context and result around the statement cost more client
+CPU than the statement itself; a single-message commit, which is what a producer waiting
+for each receipt pays, was twice as dear for it. Here the connections stay checked out of
+the pool, in autocommit, each with one psycopg cursor, and run with custom plans (see
+:data:`SESSION_SQL`). Driver errors come out as SQLAlchemy's, as from any other statement.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy.engine import Connection, Engine
+import psycopg
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import PoolProxiedConnection
 
 log = logging.getLogger(__name__)
 
@@ -26,68 +32,100 @@ SESSION_SQL = "SET plan_cache_mode = force_custom_plan"
 RESET_SQL = "RESET plan_cache_mode"
 
 
-class CommitConnections:
-    """Up to ``keep`` idle autocommit connections, handed to one committer at a time.
+@dataclass(slots=True)
+class _Kept:
+    pooled: PoolProxiedConnection
+    driver: psycopg.Connection[Any]
+    cursor: psycopg.Cursor[Any]
 
-    More concurrent committers than ``keep`` get connections of their own, given back after
-    use. A connection whose statement failed is given back rather than kept (SQLAlchemy
-    discards it from the pool if the failure was a lost connection), so a database restart
-    costs one failed commit per kept connection, not a failure per commit.
+
+class CommitConnections:
+    """Up to ``keep`` idle autocommit connections; each statement takes one for its run.
+
+    More concurrent statements than ``keep`` get connections of their own, given back
+    after use. A connection whose statement failed is given back rather than kept
+    (discarded from the pool when the failure was a lost connection), so a database
+    restart costs one failed commit per kept connection, not a failure per commit.
     """
 
     def __init__(self, engine: Engine, keep: int = 2) -> None:
         self.engine = engine
         self.keep = keep
-        self._idle: list[Connection] = []
+        self._idle: list[_Kept] = []
         self._lock = threading.Lock()
         self._closed = False
 
-    @contextmanager
-    def connection(self) -> Iterator[Connection]:
-        """An autocommit connection for one commit statement."""
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._open()
+    def run(self, sql: str, params: Mapping[str, object]) -> tuple[Any, ...] | None:
+        """Run ``sql`` (psycopg's ``%(name)s`` style) in autocommit; its first row, if any.
+
+        Raises SQLAlchemy's :class:`DBAPIError` subclasses (``IntegrityError``,
+        ``OperationalError``, ...) without the parameters, which hold message bodies.
+        """
+        kept = self._take()
         try:
-            yield conn
+            kept.cursor.execute(sql, params)
+            row = kept.cursor.fetchone() if kept.cursor.description is not None else None
+        except psycopg.Error as exc:
+            lost = self.engine.dialect.is_disconnect(cast(Any, exc), kept.pooled, None)
+            self._give_back(kept, lost)
+            raise DBAPIError.instance(
+                sql,
+                None,
+                exc,
+                psycopg.Error,
+                hide_parameters=True,
+                connection_invalidated=lost,
+                dialect=self.engine.dialect,
+            ) from None
         except BaseException:
-            self._release(conn)
+            self._give_back(kept, lost=False)
             raise
         with self._lock:
             if not self._closed and len(self._idle) < self.keep:
-                self._idle.append(conn)
-                return
-        self._release(conn)
+                self._idle.append(kept)
+                return row
+        self._give_back(kept, lost=False)
+        return row
 
     def close(self) -> None:
-        """Return every idle connection to the pool (connections in use follow when done)."""
+        """Give every idle connection back to the pool (ones in use follow when done)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for conn in idle:
-            self._release(conn)
+        for kept in idle:
+            self._give_back(kept, lost=False)
 
     def reopen(self) -> None:
         """Keep connections again after :meth:`close` (a store started anew)."""
         with self._lock:
             self._closed = False
 
-    def _open(self) -> Connection:
-        conn = self.engine.connect()
+    def _take(self) -> _Kept:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        pooled = self.engine.raw_connection()
         try:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.exec_driver_sql(SESSION_SQL)
+            driver: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+            driver.autocommit = True
+            driver.execute(SESSION_SQL)
+            return _Kept(pooled, driver, driver.cursor())
         except BaseException:
-            conn.close()
+            pooled.invalidate()
             raise
-        return conn
 
     @staticmethod
-    def _release(conn: Connection) -> None:
-        """Back to the pool as other users expect it: default plan caching, no autocommit."""
-        try:
-            conn.exec_driver_sql(RESET_SQL)
-        except Exception:  # a dead connection: the pool discards it on close
-            log.debug("could not reset a commit connection before returning it", exc_info=True)
-        conn.close()
+    def _give_back(kept: _Kept, lost: bool) -> None:
+        """Back to the pool as its other users expect it (default plan caching, no
+        autocommit), or out of it when the connection is lost or cannot be reset."""
+        if not lost:
+            try:
+                kept.cursor.close()
+                kept.driver.execute(RESET_SQL)
+                kept.driver.autocommit = False
+            except psycopg.Error:
+                log.debug("a commit connection could not be reset; discarding it", exc_info=True)
+                lost = True
+        if lost:
+            kept.pooled.invalidate()
+        kept.pooled.close()

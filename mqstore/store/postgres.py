@@ -345,8 +345,7 @@ class PostgresStore:
         if newest:
             params.update(_bind(shape.acks, _ack_params(newest, "ack_")))
         try:
-            with self._commits.connection() as conn:
-                found, removed = conn.exec_driver_sql(self._commit_statement(shape), params).one()
+            row = self._commits.run(self._commit_statement(shape), params)
         except IntegrityError as exc:
             raise self._duplicate(exc) from None
         except OperationalError as exc:
@@ -354,14 +353,13 @@ class PostgresStore:
                 describe_connect_error(exc, self.engine.url)
                 + "; the batch may or may not have been committed"
             ) from None
+        found, removed = cast(tuple[str | None, int], row)
         if fenced:
             self.locker.check_fence(found)
         return int(removed)
 
     def _commit_statement(self, shape: CommitShape) -> str:
-        """The commit statement of ``shape`` compiled for the driver (run past SQLAlchemy's
-        statement compilation, which would cost more per commit than the statement's own
-        parameters)."""
+        """The commit statement of ``shape``, compiled once for the driver."""
         sql = self._commit_sql.get(shape)
         if sql is None:
             stmt = commit_batch(self.prefix, shape)

@@ -8,15 +8,16 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from mqstore.db import libpq_dsn
-from mqstore.errors import DatabaseUnavailableError
+from mqstore.errors import DatabaseUnavailableError, DuplicateMessageError
 from mqstore.store import PostgresStore
 from mqstore.store.commit_connections import CommitConnections
 from tests.integration.conftest import msg
 
 Q = "queue://orders"
+PID = "SELECT pg_backend_pid()"
 
 
 @pytest.fixture
@@ -28,39 +29,53 @@ def one_connection_engine(dsn: str) -> Iterator[Engine]:
 
 
 def _pid(conn: Connection) -> int:
-    return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+    return int(conn.exec_driver_sql(PID).scalar_one())
 
 
 def _setting(conn: Connection) -> str:
     return str(conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one())
 
 
-def test_commits_reuse_one_autocommit_connection_that_plans_each_execution(
+def test_statements_reuse_one_autocommit_connection_that_plans_each_execution(
     engine: Engine, dsn: str
 ) -> None:
     commits = CommitConnections(engine)
-    with commits.connection() as conn:
-        first = _pid(conn)
-        assert _setting(conn) == "force_custom_plan"
+    assert commits.run("SHOW plan_cache_mode", {}) == ("force_custom_plan",)
+    first = commits.run(PID, {})
+    with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE t (n int)")
-        conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+    added = "WITH a AS (INSERT INTO t VALUES (%(n)s) RETURNING n) SELECT count(*) FROM a"
+    assert commits.run(added, {"n": 1}) == (1,)
     with psycopg.connect(libpq_dsn(dsn)) as other:  # committed without a COMMIT
         assert other.execute("SELECT n FROM t").fetchall() == [(1,)]
-    with commits.connection() as conn:
-        assert _pid(conn) == first
+    assert commits.run(PID, {}) == first
     commits.close()
 
 
-def test_a_failed_statement_gives_its_connection_back(one_connection_engine: Engine) -> None:
+def test_driver_errors_come_out_as_sqlalchemy_errors_without_parameters(engine: Engine) -> None:
+    commits = CommitConnections(engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (n int PRIMARY KEY, body bytea)")
+    add = "WITH a AS (INSERT INTO t VALUES (%(n)s, %(body)s) RETURNING n) SELECT count(*) FROM a"
+    commits.run(add, {"n": 1, "body": b"secret body"})
+    with pytest.raises(IntegrityError) as failed:
+        commits.run(add, {"n": 1, "body": b"secret body"})
+    assert "duplicate key" in str(failed.value) and "secret" not in str(failed.value)
+    with pytest.raises(DataError):
+        commits.run("SELECT 1/0", {})
+    assert commits.run("SELECT count(*) FROM t", {}) == (1,)  # and the next one runs
+    commits.close()
+
+
+def test_a_failed_statement_gives_its_connection_back_reset(one_connection_engine: Engine) -> None:
     commits = CommitConnections(one_connection_engine)
-    with pytest.raises(DBAPIError), commits.connection() as conn:
-        first = _pid(conn)
-        conn.exec_driver_sql("SELECT 1/0")
+    [first] = commits.run(PID, {}) or [0]
+    with pytest.raises(DataError):
+        commits.run("SELECT 1/0", {})
     with one_connection_engine.connect() as pooled:  # the pool has it back, reset
         assert _pid(pooled) == first
         assert _setting(pooled) == "auto"
-    with commits.connection() as conn:  # and the next commit works
-        assert _setting(conn) == "force_custom_plan"
+    assert commits.run("SHOW plan_cache_mode", {}) == ("force_custom_plan",)
     commits.close()
 
 
@@ -68,13 +83,11 @@ def test_close_gives_connections_back_as_the_pool_hands_them_out(
     one_connection_engine: Engine,
 ) -> None:
     commits = CommitConnections(one_connection_engine)
-    with commits.connection() as conn:
-        kept = _pid(conn)
+    [kept] = commits.run(PID, {}) or [0]
     commits.close()
     with one_connection_engine.connect() as pooled:
         assert _pid(pooled) == kept
         assert _setting(pooled) == "auto"
-        assert pooled.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
         pooled.exec_driver_sql("CREATE TABLE t (n int)")
         pooled.rollback()  # a transaction again: nothing was committed
         assert pooled.exec_driver_sql("SELECT to_regclass('t')").scalar_one() is None
@@ -92,4 +105,6 @@ def test_a_lost_database_connection_fails_one_commit_then_the_store_reconnects(
     with pytest.raises(DatabaseUnavailableError, match="may or may not have been committed"):
         store.add([msg(Q, 2)])
     store.add([msg(Q, 3)])
+    with pytest.raises(DuplicateMessageError):
+        store.add([msg(Q, 3)])
     assert [m.msgid_seq for m in store.page(Q, None, 10)] == [1, 3]
