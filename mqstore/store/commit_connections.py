@@ -76,7 +76,7 @@ class CommitConnections:
                 hide_parameters=True,
                 connection_invalidated=lost,
                 dialect=self.engine.dialect,
-            ) from None
+            ) from exc
         except BaseException:
             self._give_back(kept, lost=False)
             raise
