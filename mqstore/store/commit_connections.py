@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import PoolProxiedConnection
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ RESET_SQL = "RESET plan_cache_mode"
 
 @dataclass(slots=True)
 class _Kept:
-    pooled: PoolProxiedConnection
+    conn: Connection
     driver: psycopg.Connection[Any]
     cursor: psycopg.Cursor[Any]
 
@@ -45,7 +44,8 @@ class CommitConnections:
     More concurrent statements than ``keep`` get connections of their own, given back
     after use. A connection whose statement failed is given back rather than kept
     (discarded from the pool when the failure was a lost connection), so a database
-    restart costs one failed commit per kept connection, not a failure per commit.
+    restart costs one failed commit per kept connection; a dropped connection taken from
+    the pool is replaced before the statement is sent.
     """
 
     def __init__(self, engine: Engine, keep: int = 2) -> None:
@@ -66,7 +66,7 @@ class CommitConnections:
             kept.cursor.execute(sql, params)
             row = kept.cursor.fetchone() if kept.cursor.description is not None else None
         except psycopg.Error as exc:
-            lost = self.engine.dialect.is_disconnect(cast(Any, exc), kept.pooled, None)
+            lost = self.engine.dialect.is_disconnect(cast(Any, exc), kept.conn.connection, None)
             self._give_back(kept, lost)
             raise DBAPIError.instance(
                 sql,
@@ -104,28 +104,37 @@ class CommitConnections:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        pooled = self.engine.raw_connection()
         try:
-            driver: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-            driver.autocommit = True
-            driver.execute(SESSION_SQL)
-            return _Kept(pooled, driver, driver.cursor())
+            return self._open()
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # A pooled connection the database dropped (a restart): SQLAlchemy has
+            # invalidated the pool, and nothing of the commit was sent; take a fresh one.
+            return self._open()
+
+    def _open(self) -> _Kept:
+        conn = self.engine.connect()
+        try:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql(SESSION_SQL)
+            driver: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+            return _Kept(conn, driver, driver.cursor())
         except BaseException:
-            pooled.invalidate()
+            conn.close()
             raise
 
     @staticmethod
     def _give_back(kept: _Kept, lost: bool) -> None:
-        """Back to the pool as its other users expect it (default plan caching, no
-        autocommit), or out of it when the connection is lost or cannot be reset."""
+        """Back to the pool as its other users expect it (default plan caching; SQLAlchemy
+        ends autocommit), or out of it when the connection is lost or cannot be reset."""
         if not lost:
             try:
                 kept.cursor.close()
                 kept.driver.execute(RESET_SQL)
-                kept.driver.autocommit = False
             except psycopg.Error:
                 log.debug("a commit connection could not be reset; discarding it", exc_info=True)
                 lost = True
         if lost:
-            kept.pooled.invalidate()
-        kept.pooled.close()
+            kept.conn.invalidate()
+        kept.conn.close()
