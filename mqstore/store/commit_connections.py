@@ -56,7 +56,7 @@ class CommitConnections:
         self._closed = False
 
     def run(self, sql: str, params: Mapping[str, object]) -> tuple[Any, ...] | None:
-        """Run ``sql`` (psycopg's ``%(name)s`` style) in autocommit; its first row, if any.
+        """Run ``sql`` (psycopg's ``%(name)s`` style) in autocommit; its first row (None if empty).
 
         Raises SQLAlchemy's :class:`DBAPIError` subclasses (``IntegrityError``,
         ``OperationalError``, ...) without the parameters, which hold message bodies.
@@ -64,7 +64,7 @@ class CommitConnections:
         kept = self._take()
         try:
             kept.cursor.execute(sql, params)
-            row = kept.cursor.fetchone() if kept.cursor.description is not None else None
+            row = kept.cursor.fetchone()
         except psycopg.Error as exc:
             lost = self.engine.dialect.is_disconnect(cast(Any, exc), kept.conn.connection, None)
             self._give_back(kept, lost)

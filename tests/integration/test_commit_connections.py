@@ -32,6 +32,12 @@ def _pid(conn: Connection) -> int:
     return int(conn.exec_driver_sql(PID).scalar_one())
 
 
+def _kept_pid(commits: CommitConnections) -> int:
+    row = commits.run(PID, {})
+    assert row is not None
+    return int(row[0])
+
+
 def _setting(conn: Connection) -> str:
     return str(conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one())
 
@@ -69,7 +75,7 @@ def test_driver_errors_come_out_as_sqlalchemy_errors_without_parameters(engine: 
 
 def test_a_failed_statement_gives_its_connection_back_reset(one_connection_engine: Engine) -> None:
     commits = CommitConnections(one_connection_engine)
-    [first] = commits.run(PID, {}) or [0]
+    first = _kept_pid(commits)
     with pytest.raises(DataError):
         commits.run("SELECT 1/0", {})
     with one_connection_engine.connect() as pooled:  # the pool has it back, reset
@@ -83,7 +89,7 @@ def test_close_gives_connections_back_as_the_pool_hands_them_out(
     one_connection_engine: Engine,
 ) -> None:
     commits = CommitConnections(one_connection_engine)
-    [kept] = commits.run(PID, {}) or [0]
+    kept = _kept_pid(commits)
     commits.close()
     with one_connection_engine.connect() as pooled:
         assert _pid(pooled) == kept

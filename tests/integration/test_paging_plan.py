@@ -1,5 +1,5 @@
 """The store's paging SQL stays an index range scan on deep destinations (reference §12 #6),
-and its commits remove by primary key.
+and its commits remove by ID.
 
 Before ActiveMQ 5.15.12 the paging query sorted whole queues; here each page must be one
 range scan of ``activemq_msgs_cpidx`` positioned by the ``(-priority, id)`` row comparison,
