@@ -68,13 +68,22 @@ def libpq_dsn(dsn: str | URL) -> str:
 
 
 def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
-    """An engine on psycopg 3; raises :class:`ConfigError` for a bad DSN."""
+    """An engine on psycopg 3; raises :class:`ConfigError` for a bad DSN.
+
+    Its connections never prepare statements on their own (psycopg would after five runs of
+    one statement): an unnamed statement is planned for its parameters every time, where a
+    prepared one may be switched by PostgreSQL to a generic plan that was made while a table
+    was empty and scans it whole once it has grown (tests/integration/test_plan_caching.py).
+    The store's commits prepare theirs explicitly, with custom plans
+    (:mod:`mqstore.store.commit_connections`).
+    """
     url = parse_dsn(dsn)
     return sa.create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=False,  # a round trip per checkout; dead connections are invalidated on error
+        connect_args={"prepare_threshold": None},
         **kwargs,
     )
 

@@ -5,7 +5,8 @@ SQLAlchemy's pool for it, switching it to autocommit and back, resetting it on r
 building SQLAlchemy's execution context and result around the statement cost more client
 CPU than the statement itself; a single-message commit, which is what a producer waiting
 for each receipt pays, was twice as dear for it. Here the connections stay checked out of
-the pool, in autocommit, each with one psycopg cursor, and run with custom plans (see
+the pool, in autocommit, each with one psycopg cursor; each statement is prepared (parsed
+once per connection) and still planned for its parameters every time (see
 :data:`SESSION_SQL`). Driver errors come out as SQLAlchemy's, as from any other statement.
 """
 
@@ -63,7 +64,7 @@ class CommitConnections:
         """
         kept = self._take()
         try:
-            kept.cursor.execute(sql, params)
+            kept.cursor.execute(sql, params, prepare=True)
             row = kept.cursor.fetchone()
         except psycopg.Error as exc:
             lost = self.engine.dialect.is_disconnect(cast(Any, exc), kept.conn.connection, None)
