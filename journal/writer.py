@@ -315,15 +315,18 @@ class Journal:
             trimmed = self._trim_locked()
             if self._durable < self._written or trimmed:
                 self._sync_locked(hold_lock=True)
-            os.close(self._fd)
-            self._sealed[self._segment] = self._offset
+            # The next segment first: with no room for it (JournalFullError) the active one
+            # stays open and in use, and records that still fit in it go on being written.
             try:
-                self._fd = create_segment(self.directory, self._segment + 1)
+                fd = create_segment(self.directory, self._segment + 1)
             except JournalFullError:
                 raise
             except OSError as exc:
                 self._fail_locked(exc)
                 raise JournalError(f"journal {self.directory}: rotation failed: {exc}") from exc
+            os.close(self._fd)
+            self._fd = fd
+            self._sealed[self._segment] = self._offset
             self._segment += 1
             self._offset = self._allocated = HEADER_SIZE
             self._written = self._durable = Position(self._segment, HEADER_SIZE)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import journal.writer as writer_module
 from journal import (
     AddMessage,
     CheckpointMark,
@@ -257,6 +258,33 @@ def test_disk_full_cuts_the_record_and_keeps_the_journal_usable(
     with Journal.open(tmp_path) as journal:
         assert journal.recovery_report is None
         assert ids_of(journal) == [1, 3]
+
+
+def test_disk_full_at_rotation_keeps_writing_the_active_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_create = writer_module.create_segment
+
+    def no_room(directory: Path, number: int) -> int:
+        raise JournalFullError(f"no space left to create journal segment {number}")
+
+    journal = Journal.open(tmp_path, segment_size=SEGMENT)
+    journal.append([add(1, 5000)])
+    monkeypatch.setattr(writer_module, "create_segment", no_room)
+    with pytest.raises(JournalFullError, match="no space"):
+        journal.append([add(2, 5000)])  # needs the next segment
+    monkeypatch.setattr(writer_module, "create_segment", real_create)
+    other = os.open(tmp_path / "other-file", os.O_RDWR | os.O_CREAT)  # may reuse a closed fd
+    try:
+        journal.append([add(3)])  # still fits in the active segment
+        journal.append([add(4, 5000)])  # room again: rotates
+    finally:
+        os.close(other)
+    assert (tmp_path / "other-file").stat().st_size == 0
+    journal.close()
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        assert journal.recovery_report is None
+        assert ids_of(journal) == [1, 3, 4]
 
 
 def test_failed_fsync_fails_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
