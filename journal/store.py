@@ -175,15 +175,17 @@ class JournaledStore(MergedReads):
                 f"{self.pg.schema.journal.name} and start again."
             )
         last = stored
+        top = 0  # the highest ID replayed, also from windows checkpointed on the way
         for position, ops in journal.recover(after=stored):
             self._state.apply(ops)
             self._counters["replayed"] += 1
             last = position
             if self._state.pending_bytes >= self.max_pending_bytes:
+                top = max(top, self._state.max_id)
                 self._checkpoint_state(position)
         if last is not None and not self._state.empty:
             log.info("journal %s replayed up to %s", self.journal_dir, last)
-        self.pg.advance_sequence(self._state.max_id)
+        self.pg.advance_sequence(max(top, self._state.max_id))
 
     def stop(self, *, checkpoint: bool = True) -> None:
         """Final checkpoint, close the journal, stop the database store. Idempotent.
