@@ -55,17 +55,28 @@ class Admission:
                 if (
                     key in state.keys
                     or key in self._reserved
-                    or (hit is not None and not state.hides(hit, key[0]))
+                    # A purge in the window leaves XA-prepared rows in place (as the
+                    # checkpoint's purge does): only a visible row can be hidden.
+                    or (hit is not None and (hit[1] or not state.hides(hit[0], key[0])))
                 ):
                     raise DuplicateMessageError(
                         "a message with the same JMS message id is already stored in that "
                         f"destination ({key[1]}:{key[2]} in {key[0]}); nothing was added"
                     )
             self._reserved.update(keys)
-            for container, prod, seq in keys:
-                pair = (container, prod)
-                self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
+            self._raise_ceilings(keys)
         return keys
+
+    def stored_elsewhere(self, adds: Sequence[NewMessage]) -> None:
+        """Messages were stored past the journal (XA work goes to the database directly):
+        their sequences count as seen, so a later add of one of them is checked."""
+        with self._lock:
+            self._raise_ceilings([(m.container, m.msgid_prod, m.msgid_seq) for m in adds])
+
+    def _raise_ceilings(self, keys: list[Key]) -> None:
+        for container, prod, seq in keys:
+            pair = (container, prod)
+            self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
 
     def _maybe_stored(self, keys: list[Key], wait: bool) -> list[Key]:
         """The keys that could already be in the database.

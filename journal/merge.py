@@ -102,18 +102,22 @@ class DatabaseView:
         params.update(container=container, excl=excl)
         return int(self._read(lambda c: c.execute(sa.text(sql), params).scalar_one()))
 
-    def existing_keys(self, keys: list[tuple[str, str, int]]) -> dict[tuple[str, str, int], int]:
-        """IDs of rows already holding these (container, producer id, sequence) keys."""
+    def existing_keys(
+        self, keys: list[tuple[str, str, int]]
+    ) -> dict[tuple[str, str, int], tuple[int, bool]]:
+        """(ID, XA-prepared) of rows already holding these (container, producer id, sequence)
+        keys."""
         if not keys:
             return {}
         sql = (
-            f"SELECT m.container, m.msgid_prod, m.msgid_seq, m.id FROM {self.m} m JOIN "
+            "SELECT m.container, m.msgid_prod, m.msgid_seq, m.id, m.xid IS NOT NULL "
+            f"FROM {self.m} m JOIN "
             "unnest(CAST(:c AS text[]), CAST(:p AS text[]), CAST(:s AS bigint[])) AS k(c, p, s) "
             "ON m.msgid_prod = k.p AND m.msgid_seq = k.s AND m.container = k.c"
         )
         params = {"c": [k[0] for k in keys], "p": [k[1] for k in keys], "s": [k[2] for k in keys]}
         rows = self._read(lambda c: c.execute(sa.text(sql), params).all())
-        return {(r[0], r[1], int(r[2])): int(r[3]) for r in rows}
+        return {(r[0], r[1], int(r[2])): (int(r[3]), bool(r[4])) for r in rows}
 
     def max_sequences(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """The highest stored MSGID_SEQ per (container, producer id); -1 when none."""

@@ -466,7 +466,13 @@ class JournaledStore(MergedReads):
 
     def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
         check_messages(batch.adds, self.pg.max_message_bytes)
-        return self._through(lambda: self.pg.xa_prepare(xid, batch))
+
+        def prepare() -> list[int]:
+            ids = self.pg.xa_prepare(xid, batch)
+            self._admission.stored_elsewhere(batch.adds)
+            return ids
+
+        return self._through(prepare)
 
     def xa_commit(self, xid: Xid) -> None:
         self._through(lambda: self.pg.xa_commit(xid))

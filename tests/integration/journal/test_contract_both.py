@@ -214,3 +214,33 @@ def test_xa_prepare_commit_rollback(subject: Callable[..., Subject]) -> None:
     s.store.xa_rollback(x2)
     assert s.store.xa_recover() == []
     assert seqs(s.store.page(Q, None, 10)) == [3, 2]
+
+
+def test_a_jms_id_stored_under_xa_is_a_duplicate_for_a_plain_add(
+    subject: Callable[..., Subject],
+) -> None:
+    s = subject()
+    s.store.add([msg(Q, 1)])  # the producer is known to the store
+    xid = Xid(1, b"g1", b"b")
+    s.store.xa_prepare(xid, Batch(adds=[msg(Q, 2)]))
+    with pytest.raises(DuplicateMessageError, match="same JMS message id"):
+        s.store.add([msg(Q, 2)])  # prepared
+    s.store.xa_commit(xid)
+    with pytest.raises(DuplicateMessageError, match="same JMS message id"):
+        s.store.add([msg(Q, 2)])  # committed
+    s.settle()
+    assert seqs(s.store.page(Q, None, 10)) == [1, 2]
+
+
+def test_a_purge_leaves_xa_prepared_messages_and_their_ids(
+    subject: Callable[..., Subject],
+) -> None:
+    s = subject()
+    xid = Xid(1, b"g1", b"b")
+    s.store.xa_prepare(xid, Batch(adds=[msg(Q, 7)]))
+    s.store.purge(Q)
+    with pytest.raises(DuplicateMessageError, match="same JMS message id"):
+        s.store.add([msg(Q, 7)])
+    s.settle()
+    s.store.xa_commit(xid)
+    assert seqs(s.store.page(Q, None, 10)) == [7]
