@@ -87,9 +87,13 @@ __all__ = [
     "repair",
 ]
 # The store layer, imported on first use so the log layer stays free of mqstore.
-__all__ += ["JournalBehindDatabaseError", "JournalMasterSlaveError", "JournaledStore"]
-
-_STORE_NAMES = ("JournalBehindDatabaseError", "JournalMasterSlaveError", "JournaledStore")
+_STORE_NAMES = (
+    "JournalBehindDatabaseError",
+    "JournalIdLostError",
+    "JournalMasterSlaveError",
+    "JournaledStore",
+)
+__all__ += list(_STORE_NAMES)
 
 
 def __getattr__(name: str) -> object:

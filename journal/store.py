@@ -35,6 +35,7 @@ from journal.records import (
 from journal.state import PendingState, encode_target
 from journal.support import (
     JournalBehindDatabaseError,
+    JournalIdLostError,
     JournalMasterSlaveError,
     WouldBlock,
     WriterGate,
@@ -57,7 +58,12 @@ from mqstore.store.model import (
 from mqstore.store.postgres import PostgresStore
 from mqstore.store.validation import check_container, check_messages, check_topic
 
-__all__ = ["JournalBehindDatabaseError", "JournalMasterSlaveError", "JournaledStore"]
+__all__ = [
+    "JournalBehindDatabaseError",
+    "JournalIdLostError",
+    "JournalMasterSlaveError",
+    "JournaledStore",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -145,7 +151,10 @@ class JournaledStore(MergedReads):
             self._journal = Journal.open(
                 self.journal_dir, segment_size=self.segment_size, sync_policy=self.sync_policy
             )
-            self.journal_id = read_journal_id(self.journal_dir)
+            journal = self._journal
+            self.journal_id = read_journal_id(
+                self.journal_dir, holds_records=journal.position > journal.start_position
+            )
             self._replay()
         except BaseException:
             if self._journal is not None:
@@ -239,7 +248,9 @@ class JournaledStore(MergedReads):
     def _checkpoint_locked(self) -> CheckpointResult | None:
         if self._state.empty:
             return None
-        return self._checkpoint_state(self.journal.position)
+        # The stored position must never be ahead of the durable log: with a ``batch`` or
+        # ``never`` sync policy, written records may not be on disk yet.
+        return self._checkpoint_state(self.journal.sync())
 
     def _checkpoint_state(self, position: Position) -> CheckpointResult:
         result = apply_checkpoint(

@@ -22,6 +22,10 @@ class JournalBehindDatabaseError(StoreError):
     """The database holds a checkpoint beyond the end of this journal (journal lost or reset)."""
 
 
+class JournalIdLostError(StoreError):
+    """The journal holds records but its ``journal-id`` file is gone."""
+
+
 class WouldBlock(Exception):  # noqa: N818 - a signal, not an error
     """A write asked not to wait (``wait=False``) would have had to; nothing was written."""
 
@@ -68,11 +72,23 @@ class WriterGate:
                 self._cond.notify_all()
 
 
-def read_journal_id(directory: Path) -> str:
-    """The journal's UUID, created (durably) on first use."""
+def read_journal_id(directory: Path, *, holds_records: bool = False) -> str:
+    """The journal's UUID, created (durably) on first use.
+
+    Refused with :class:`JournalIdLostError` when the file is missing from a journal that
+    ``holds_records``: which of them the database already has cannot be told then.
+    """
     path = directory / ID_FILE
     if path.exists():
         return path.read_text().strip()
+    if holds_records:
+        raise JournalIdLostError(
+            f"the journal in {directory} holds records but its {ID_FILE} file is missing, so "
+            "which of them the database already has cannot be told (replaying them could "
+            f"store messages twice). Restore {path} from a backup of the directory; or, "
+            "accepting the loss of the records not yet checkpointed, move the *.wal files "
+            f"out of {directory} and start again with an empty journal."
+        )
     directory.mkdir(parents=True, exist_ok=True)
     new = str(uuid.uuid4())
     tmp = directory / (ID_FILE + ".tmp")

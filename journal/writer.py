@@ -224,6 +224,14 @@ class Journal:
                 self._wait_durable_locked(ends[-1])
         return ends
 
+    def sync(self) -> Position:
+        """Make everything written so far durable, whatever the sync policy; its end."""
+        with self._cond:
+            self._check_usable_locked()
+            end = self._written
+            self._wait_durable_locked(end)
+            return end
+
     def _check_usable_locked(self) -> None:
         if self._failure is not None:
             raise JournalError(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy.engine import Engine
 
+from journal.store import JournalIdLostError
 from tests.conftest import count_rows
 from tests.integration.conftest import msg
 from tests.integration.journal.conftest import JournaledFactory
@@ -27,3 +29,30 @@ def test_ids_after_a_replay_that_checkpointed_on_the_way_are_new(
     assert [m.msgid_seq for m in store.page(Q, None, 100)] == [*range(20), 1000]
     store.checkpoint()
     assert count_rows(engine, "activemq_msgs") == 21
+
+
+def test_a_journal_that_lost_its_id_file_is_refused_not_replayed_twice(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    store = make_journaled(tmp_path / "j")
+    store.add([msg(Q, 1)])
+    store.stop()  # checkpointed: the message is in the database and still in the log
+    (tmp_path / "j" / "journal-id").unlink()
+    with pytest.raises(JournalIdLostError, match="journal-id file is missing") as info:
+        make_journaled(tmp_path / "j")
+    assert "move the *.wal files" in str(info.value)
+    assert count_rows(engine, "activemq_msgs") == 1
+    for segment in (tmp_path / "j").glob("*.wal"):
+        segment.rename(tmp_path / segment.name)
+    store = make_journaled(tmp_path / "j")  # a new, empty journal
+    assert [m.msgid_seq for m in store.page(Q, None, 10)] == [1]
+
+
+def test_a_checkpoint_under_a_lazy_sync_policy_stores_only_a_durable_position(
+    make_journaled: JournaledFactory, tmp_path: Path
+) -> None:
+    store = make_journaled(tmp_path / "j", sync_policy="never")
+    store.add([msg(Q, 1)])
+    assert store.journal.durable_position < store.journal.position
+    store.checkpoint()
+    assert store.journal.durable_position == store.journal.position
