@@ -2,7 +2,8 @@
 
 Only a bounded window of a backlog is in memory; the rest is read with ``store.page``
 (keyset cursor in delivery order) as consumers drain the window. ``tracked`` holds the IDs
-the queue has in memory, in flight or being removed, so a page never yields them twice.
+the queue has in memory, in flight or being removed, so a page never yields them twice;
+``gone`` the IDs removed while a page is being read, which that page may still hold.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class Queue:
         self._scheduled = False
         self._paging = False
         self._skipped = 0
+        #: The earliest position (in page order) of a stored message left for a page to
+        #: bring in; the next page starts no later than there.
+        self._rewind: tuple[int, int] | None = None
 
     # -- arrivals ---------------------------------------------------------------------------
     def enqueue(self, msg: BrokerMessage) -> None:
@@ -55,17 +59,37 @@ class Queue:
         self.depth += 1
         self.enqueued += 1
         if msg.store_id is not None:
+            if msg.store_id in self.tracked:
+                return  # a page read it before its store call came back
             if not self.exhausted and not self._before_cursor(msg):
-                self._skipped += 1
+                self._skip(msg)
                 return  # a page will bring it in
             if self.exhausted and len(self.pending) >= self.broker.config.memory_window:
                 self.exhausted = False
-                self._skipped += 1
+                self._skip(msg)
                 return
             self.tracked.add(msg.store_id)
         msg.seq = self.broker.next_seq()
         heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
         self.kick()
+
+    def _skip(self, msg: BrokerMessage) -> None:
+        """Leave a stored message to a page. In priority order it may sort before the
+        cursor (or before where a page in flight moves it), so the next page starts there."""
+        assert msg.store_id is not None
+        self._skipped += 1
+        at = (-msg.store_priority, msg.store_id)
+        if self._rewind is None or at < self._rewind:
+            self._rewind = at
+
+    def _apply_rewind(self) -> None:
+        if self._rewind is None:
+            return
+        neg_priority, ident = self._rewind
+        self._rewind = None
+        cursor = self.cursor  # None: the next page starts at the first row anyway
+        if cursor is not None and (neg_priority, ident) <= (-cursor.priority, cursor.id):
+            self.cursor = Cursor(-neg_priority, ident - 1)
 
     def _rank(self, msg: BrokerMessage) -> int:
         """Dispatch rank: JMS priority in prioritized mode; plain mode is FIFO, as ActiveMQ."""
@@ -148,8 +172,8 @@ class Queue:
 
     async def _page(self, limit: int) -> None:
         try:
-            gone_before = set(self.gone)
             skipped = self._skipped
+            self._apply_rewind()
             limit = max(limit, 1)
             rows = await asyncio.to_thread(
                 self.broker.store.page, self.container, self.cursor, limit
@@ -161,7 +185,7 @@ class Queue:
                 msg = BrokerMessage.from_row(row, self.broker.next_seq())
                 self.tracked.add(row.id)
                 heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
-            self.gone -= gone_before
+            self._apply_rewind()  # messages skipped while the page was read
             if len(rows) < limit and self._skipped == skipped:
                 self.exhausted = True
         except Exception:
@@ -169,6 +193,7 @@ class Queue:
             await asyncio.sleep(1.0)
         finally:
             self._paging = False
+            self.gone.clear()
         self.kick()
 
     async def _browse(self, consumer: Consumer) -> None:
@@ -215,8 +240,9 @@ class Queue:
             self.depth -= 1
             if m.store_id is not None:
                 self.tracked.discard(m.store_id)
-                self.gone.add(m.store_id)
-            if m.counted:
+                if self._paging:  # the page in flight may have read it before it went
+                    self.gone.add(m.store_id)
+            if self.broker.counts_in_usage(m):
                 self.broker.usage.release(m.size)
 
     def drop_pending(self, store_ids: set[int]) -> list[BrokerMessage]:

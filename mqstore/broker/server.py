@@ -59,6 +59,7 @@ class Broker:
         self._conn_tasks: set[asyncio.Task[None]] = set()
         self._seq = itertools.count(1)
         self._conn_numbers = itertools.count(1)
+        self._first_stored: int | None = None  # the lowest message ID this broker stored
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -165,6 +166,16 @@ class Broker:
     def stored(self, msg: BrokerMessage, ident: int) -> None:
         msg.store_id = ident
         msg.store_priority = msg.priority if self.store.prioritized else 0
+        if self._first_stored is None or ident < self._first_stored:
+            self._first_stored = ident
+
+    def counts_in_usage(self, msg: BrokerMessage) -> bool:
+        """Whether ``msg``'s bytes are in the store usage: it was stored by this broker
+        (every message this broker stores is counted), also when it came back from a page."""
+        if msg.counted:
+            return True
+        first = self._first_stored
+        return msg.store_id is not None and first is not None and msg.store_id >= first
 
     def route(self, msg: BrokerMessage) -> None:
         """Hand a (stored if need be) message to its destination."""
