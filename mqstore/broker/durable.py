@@ -1,7 +1,9 @@
 """A durable topic subscription: pending messages paged from the store after LAST_ACKED_ID.
 
-Acks advance LAST_ACKED_ID (per PRIORITY column value) to the highest ID below every
-still-unacknowledged delivery, so individual acks out of order never skip a message.
+Acks advance LAST_ACKED_ID (per PRIORITY column value) to the highest acknowledged ID
+below every message of that priority not yet acknowledged: delivered, waiting in memory, or
+not yet read from the store in this session. Individual acks out of order, across
+reconnects, never skip a message.
 """
 
 from __future__ import annotations
@@ -45,17 +47,26 @@ class DurableSub:
         self._paging = False
         self._skipped = 0
         self._scheduled = False
+        self._session = 0  # pages read for an earlier attach are dropped
+        #: The earliest page position of a stored message left for a page to bring in.
+        self._rewind: tuple[int, int] | None = None
 
     @property
     def active(self) -> bool:
         return self.consumer is not None
 
-    def watermark(self) -> int:
-        """Highest LAST_ACKED_ID over priorities (for store usage accounting)."""
-        return max([self.base_acked, *self.last_acked.values()])
-
-    def _acked_upto(self, prio: int) -> int:
+    def acked_upto(self, prio: int) -> int:
+        """LAST_ACKED_ID of the ``prio`` row: every message of it up to there is acked."""
         return self.last_acked.get(prio, self.base_acked)
+
+    def _read(self, prio: int, ident: int) -> bool:
+        """Whether the message at (``prio``, ``ident``) was read into this session."""
+        at = (-prio, ident)
+        if self._rewind is not None and at >= self._rewind:
+            return False
+        if self.exhausted:
+            return True
+        return self.cursor is not None and at <= (-self.cursor.priority, self.cursor.id)
 
     # -- consumer ---------------------------------------------------------------------------
     def attach(self, consumer: Consumer) -> None:
@@ -68,6 +79,8 @@ class DurableSub:
         self.unacked.clear()
         self.cursor = None
         self.exhausted = False
+        self._rewind = None
+        self._session += 1
         self.kick()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -90,10 +103,12 @@ class DurableSub:
             return
         if msg.store_id is None:
             self.pending.append(msg)
+        elif msg.store_id in self.tracked:
+            return  # a page read it before its store call came back
         elif self.exhausted:
             if len(self.pending) >= self.topic.broker.config.memory_window:
                 self.exhausted = False
-                self._skipped += 1
+                self._skip(msg)
                 return
             self.tracked.add(msg.store_id)
             self.pending.append(msg)
@@ -104,8 +119,25 @@ class DurableSub:
             self.tracked.add(msg.store_id)
             self.pending.append(msg)
         else:
-            self._skipped += 1
+            self._skip(msg)
         self.kick()
+
+    def _skip(self, msg: BrokerMessage) -> None:
+        """Leave a stored message to a page; the next page starts no later than it."""
+        assert msg.store_id is not None
+        self._skipped += 1
+        at = (-msg.store_priority, msg.store_id)
+        if self._rewind is None or at < self._rewind:
+            self._rewind = at
+
+    def _apply_rewind(self) -> None:
+        if self._rewind is None:
+            return
+        neg_priority, ident = self._rewind
+        self._rewind = None
+        cursor = self.cursor  # None: the next page starts at the first row anyway
+        if cursor is not None and (neg_priority, ident) <= (-cursor.priority, cursor.id):
+            self.cursor = Cursor(-neg_priority, ident - 1)
 
     # -- dispatch ---------------------------------------------------------------------------
     def kick(self) -> None:
@@ -143,22 +175,26 @@ class DurableSub:
     async def _page(self, limit: int) -> None:
         broker = self.topic.broker
         try:
-            skipped = self._skipped
+            skipped, session = self._skipped, self._session
+            self._apply_rewind()
             rows = await asyncio.to_thread(
                 broker.store.page_subscription, self.key, self.cursor, max(limit, 1)
             )
             if self.consumer is None:
                 return
+            if session != self._session:
+                rows = []  # read for a session that has ended: its attach starts over
             for row in rows:
                 self.cursor = row.cursor
-                if row.id in self.tracked or row.id <= self._acked_upto(row.priority):
+                if row.id in self.tracked or row.id <= self.acked_upto(row.priority):
                     continue
                 self.tracked.add(row.id)
                 msg = BrokerMessage.from_row(row, 0)
                 if row.id in self.delivered:
                     msg.ow = msg.ow.replace(redelivery_counter=msg.ow.redelivery_counter + 1)
                 self.pending.append(msg)
-            if len(rows) < limit and self._skipped == skipped:
+            self._apply_rewind()  # messages skipped while the page was read
+            if session == self._session and len(rows) < limit and self._skipped == skipped:
                 self.exhausted = True
         except Exception:
             log.exception("paging durable subscription %s failed", self.key)
@@ -171,7 +207,7 @@ class DurableSub:
     def settle_work(
         self, msgs: list[BrokerMessage], outcome: Outcome = Outcome.ACKNOWLEDGED
     ) -> tuple[Op, Callable[[], None]]:
-        """Advance LAST_ACKED_ID past ``msgs`` where no earlier delivery is still unacked."""
+        """Advance LAST_ACKED_ID past ``msgs`` where no earlier message is still unacked."""
         stored = [m for m in msgs if m.store_id is not None]
         for m in stored:
             assert m.store_id is not None
@@ -179,10 +215,16 @@ class DurableSub:
             self.acked_pending[m.store_id] = m.store_priority
             self.delivered.discard(m.store_id)
         op = Op()
+        waiting = [
+            *self.unacked.items(),
+            *((m.store_id, m.store_priority) for m in self.pending if m.store_id is not None),
+        ]
         for prio in sorted(set(self.acked_pending.values())):
-            low = min((i for i, p in self.unacked.items() if p == prio), default=None)
+            low = min((i for i, p in waiting if p == prio), default=None)
             done = [
-                i for i, p in self.acked_pending.items() if p == prio and (low is None or i < low)
+                i
+                for i, p in self.acked_pending.items()
+                if p == prio and (low is None or i < low) and self._read(prio, i)
             ]
             if not done:
                 continue
@@ -190,7 +232,7 @@ class DurableSub:
             for i in done:
                 del self.acked_pending[i]
                 self.tracked.discard(i)
-            if mark > self._acked_upto(prio):
+            if mark > self.acked_upto(prio):
                 self.last_acked[prio] = mark
                 op.acks.append(Ack(self.key, mark, prio))
 

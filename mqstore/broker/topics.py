@@ -30,7 +30,8 @@ class Topic:
         self.container = container
         self.consumers: list[Consumer] = []
         self.durables: dict[SubscriptionKey, DurableSub] = {}
-        self.stored: deque[tuple[int, int]] = deque()  # (id, size) counted in store usage
+        #: (id, PRIORITY column, size) of stored messages counted in the store usage
+        self.stored: deque[tuple[int, int, int]] = deque()
         self.enqueued = 0
         self.dequeued = 0
         self._scheduled = False
@@ -44,7 +45,7 @@ class Topic:
         """Fan a message out (already stored when it must be)."""
         self.enqueued += 1
         if msg.store_id is not None and msg.counted:
-            self.stored.append((msg.store_id, msg.size))
+            self.stored.append((msg.store_id, msg.store_priority, msg.size))
         limit = self.broker.config.topic_pending_limit
         for c in self.consumers:
             c.push(msg, limit)
@@ -116,15 +117,14 @@ class Topic:
 
     # -- store usage ------------------------------------------------------------------------
     def release_usage(self) -> None:
-        """Release the bytes of stored messages every durable subscription acknowledged."""
-        if not self.stored:
-            return
-        if self.durables:
-            mark = min(sub.watermark() for sub in self.durables.values())
-        else:
-            mark = self.stored[-1][0]
-        while self.stored and self.stored[0][0] <= mark:
-            _, size = self.stored.popleft()
+        """Release the bytes of stored messages every durable subscription acknowledged,
+        oldest first (LAST_ACKED_ID is kept per priority)."""
+        subs = list(self.durables.values())
+        while self.stored:
+            ident, priority, size = self.stored[0]
+            if not all(ident <= sub.acked_upto(priority) for sub in subs):
+                return
+            self.stored.popleft()
             self.broker.usage.release(size)
 
     def stats(self) -> dict[str, int]:
