@@ -328,7 +328,13 @@ class Handlers:
         for m in stored:
             broker.usage.add(m.size)
             m.counted = True
-        ids = await broker.writer_submit(op, None)
+        try:
+            ids = await broker.writer_submit(op, None)
+        except BaseException:
+            for m in stored:  # nothing was stored
+                broker.usage.release(m.size)
+                m.counted = False
+            raise
         for m, ident in zip(stored, ids, strict=True):
             broker.stored(m, ident)
         for m in tx.sends:

@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 
+from mqstore.broker.memory_store import MemoryStore
+from mqstore.errors import DatabaseUnavailableError
+from mqstore.store import Batch
+from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread, connect, wait_until
 
 P = {"persistent": "true"}
@@ -202,3 +206,34 @@ def test_topic_copies_and_no_storage_without_durables(broker: BrokerThread) -> N
     assert broker.store.count("topic://news") == 0
     for c, _ in subs:
         c.disconnect()
+
+
+class _FailingCommits(MemoryStore):
+    """A store whose commits of new messages fail while ``failing`` is set."""
+
+    failing = False
+
+    def commit(self, batch: Batch) -> list[int]:
+        if self.failing and batch.adds:
+            raise DatabaseUnavailableError("the database is restarting")
+        return super().commit(batch)
+
+
+def test_a_transaction_whose_commit_fails_leaves_no_store_usage_behind() -> None:
+    store = _FailingCommits()
+    store.start()
+    bt = BrokerThread(store, FAST).start()
+    try:
+        prod, pcol = connect(bt.port)
+        store.failing = True
+        prod.begin("t")
+        for _ in range(5):
+            prod.send("/queue/f", "x" * 1000, headers={"persistent": "true"}, transaction="t")
+        prod.commit("t", receipt="c")
+        assert pcol.wait(lambda: bool(pcol.errors))
+        assert "c" not in pcol.receipts
+        assert store.count("queue://f") == 0
+        assert bt.snapshot()["store_usage"]["used"] == 0
+    finally:
+        bt.close()
+        store.stop()
