@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -67,6 +69,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Applying:
+    """A journaled record waiting in line to be applied; ``removed`` once it is."""
+
+    ops: list[Op]
+    removed: int | None = None
 
 
 class JournaledStore(MergedReads):
@@ -126,6 +136,7 @@ class JournaledStore(MergedReads):
         self._last_position = Position(0, 0)
         self.db = DatabaseView(pg)
         self._admission = Admission(self.db, self._lock, lambda: self._state)
+        self._applying: deque[_Applying] = deque()  # written, in log order, not yet applied
 
     def _new_state(self) -> PendingState:
         return PendingState(keep_history=self.pg.history, keep_bodies=self.pg.history_bodies)
@@ -293,10 +304,19 @@ class JournaledStore(MergedReads):
             yield
 
     def _append(self, ops: list[Op]) -> int:
-        """Journal one record (durable on return), then apply it; returns rows it removed."""
-        self.journal.append(ops)
+        """Journal one record (durable on return), then apply it; returns rows it removed.
+
+        Records are applied in log order, as replay applies them: each joins the line when
+        it is written, and whoever returns first applies every record ahead of its own
+        (acknowledged too, since the log is durable up to its own).
+        """
+        entry = _Applying(ops)
+        self.journal.append(ops, on_written=lambda: self._applying.append(entry))
         with self._lock:
-            removed = self._state.apply(ops)
+            while entry.removed is None:
+                head = self._applying.popleft()
+                head.removed = self._state.apply(head.ops)
+            removed = entry.removed
             pending = self._state.pending_bytes
         full = self.journal.bytes_on_disk >= self.journal_max_bytes
         if full or pending * 2 >= self.max_pending_bytes:

@@ -8,7 +8,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -193,18 +193,28 @@ class Journal:
 
     # -- appending ---------------------------------------------------------------------
 
-    def append(self, ops: Sequence[Op]) -> Position:
+    def append(
+        self, ops: Sequence[Op], *, on_written: Callable[[], None] | None = None
+    ) -> Position:
         """Append one atomic record holding ``ops``; return its end position.
 
         Returns once the record is durable according to the sync policy. If it raises, the
         record was not acknowledged (after a failure it may still be found by recovery).
+        ``on_written`` runs once the record is written, before any later record is: the
+        appends of several threads are ordered there exactly as in the log.
         """
-        return self.append_many([ops])[-1]
+        return self.append_many([ops], on_written=on_written)[-1]
 
-    def append_many(self, batches: Sequence[Sequence[Op]]) -> list[Position]:
+    def append_many(
+        self,
+        batches: Sequence[Sequence[Op]],
+        *,
+        on_written: Callable[[], None] | None = None,
+    ) -> list[Position]:
         """Append several records (each atomic on its own) with at most one wait for a sync.
 
-        Returns the end position of each record, in order.
+        Returns the end position of each record, in order. ``on_written`` as for
+        :meth:`append`, once all of them are written.
         """
         if not batches:
             return []
@@ -220,6 +230,8 @@ class Journal:
             frames.append(frame)
         with self._cond:
             ends = self._write_locked(frames)
+            if on_written is not None:
+                on_written()
             if self.sync_policy.mode == "always":
                 self._wait_durable_locked(ends[-1])
         return ends

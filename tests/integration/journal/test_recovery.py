@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import Engine
 
+from journal import AddMessage
 from journal.store import JournalIdLostError
 from tests.conftest import count_rows
 from tests.integration.conftest import msg
@@ -56,3 +59,31 @@ def test_a_checkpoint_under_a_lazy_sync_policy_stores_only_a_durable_position(
     assert store.journal.durable_position < store.journal.position
     store.checkpoint()
     assert store.journal.durable_position == store.journal.position
+
+
+def test_records_are_applied_in_log_order_as_replay_applies_them(
+    make_journaled: JournaledFactory, tmp_path: Path
+) -> None:
+    store = make_journaled(tmp_path / "j")
+    journal = store.journal
+    real_append = journal.append
+    add_written, purge_done = threading.Event(), threading.Event()
+
+    def append(ops: list[Any], **kwargs: Any) -> Any:
+        end = real_append(ops, **kwargs)
+        if isinstance(ops[0], AddMessage):  # the adding thread is descheduled right here
+            add_written.set()
+            purge_done.wait(5)
+        return end
+
+    journal.append = append  # type: ignore[method-assign]
+    adder = threading.Thread(target=store.add, args=([msg(Q, 1)],))
+    adder.start()
+    assert add_written.wait(5)
+    store.purge(Q)  # journaled after the add
+    purge_done.set()
+    adder.join()
+    journal.append = real_append  # type: ignore[method-assign]
+    live = store.count(Q)
+    store.stop(checkpoint=False)  # a crash
+    assert make_journaled(tmp_path / "j").count(Q) == live == 0
