@@ -137,6 +137,7 @@ class JournaledStore(MergedReads):
         self.db = DatabaseView(pg)
         self._admission = Admission(self.db, self._lock, lambda: self._state)
         self._applying: deque[_Applying] = deque()  # written, in log order, not yet applied
+        self._unsure = False  # the last checkpoint failed: the database may be ahead of it
 
     def _new_state(self) -> PendingState:
         return PendingState(keep_history=self.pg.history, keep_bodies=self.pg.history_bodies)
@@ -195,6 +196,8 @@ class JournaledStore(MergedReads):
                 f"{self.pg.schema.journal.name} and start again."
             )
         last = stored
+        if stored is not None:
+            self._last_position = stored
         top = 0  # the highest ID replayed, also from windows checkpointed on the way
         for position, ops in journal.recover(after=stored):
             self._state.apply(ops)
@@ -257,11 +260,39 @@ class JournaledStore(MergedReads):
         return result
 
     def _checkpoint_locked(self) -> CheckpointResult | None:
+        if self._unsure:
+            self._resync_window()
         if self._state.empty:
             return None
         # The stored position must never be ahead of the durable log: with a ``batch`` or
         # ``never`` sync policy, written records may not be on disk yet.
-        return self._checkpoint_state(self.journal.sync())
+        position = self.journal.sync()
+        try:
+            return self._checkpoint_state(position)
+        except BaseException:
+            self._unsure = True  # it may have failed after its commit (a lost reply)
+            raise
+
+    def _resync_window(self) -> None:
+        """After a failed checkpoint: if the database holds a later position than this store
+        applied (the commit went through, its reply was lost), rebuild the window from the
+        journal records after that position, as a restart would, so nothing is applied twice.
+        """
+        stored = read_position(self.pg, self.journal_id)
+        if stored is not None and stored > self._last_position:
+            state = self._new_state()
+            for _end, ops in self.journal.recover(after=stored):
+                state.apply(ops)
+            with self._space:
+                self._state = state
+                self._space.notify_all()
+            self._last_position = stored
+            log.warning(
+                "journal checkpoint up to %s had been committed although it reported a failure; "
+                "the window was rebuilt from the journal after it",
+                stored,
+            )
+        self._unsure = False
 
     def _checkpoint_state(self, position: Position) -> CheckpointResult:
         result = apply_checkpoint(

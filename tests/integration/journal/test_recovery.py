@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from journal import AddMessage
 from journal.store import JournalIdLostError
+from mqstore.errors import DatabaseUnavailableError
 from tests.conftest import count_rows
 from tests.integration.conftest import msg
 from tests.integration.journal.conftest import JournaledFactory
@@ -87,3 +90,33 @@ def test_records_are_applied_in_log_order_as_replay_applies_them(
     live = store.count(Q)
     store.stop(checkpoint=False)  # a crash
     assert make_journaled(tmp_path / "j").count(Q) == live == 0
+
+
+def test_a_checkpoint_retried_after_a_lost_commit_reply_applies_nothing_twice(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    store = make_journaled(tmp_path / "j")
+    [first] = store.add([msg(Q, 1)])
+    pg = store.pg
+    real = pg.transaction
+    calls = 0
+
+    @contextmanager
+    def reply_lost() -> Iterator[Any]:
+        nonlocal calls
+        calls += 1
+        with real() as conn:
+            yield conn
+        if calls == 1:  # committed, but the connection died before the reply came back
+            raise DatabaseUnavailableError("server closed the connection unexpectedly")
+
+    pg.transaction = reply_lost  # type: ignore[method-assign]
+    with pytest.raises(DatabaseUnavailableError):
+        store.checkpoint()
+    assert store.remove(Q, [first]) == 1  # work after the failure: now in the window
+    store.add([msg(Q, 2)])
+    store.checkpoint()
+    assert [m.msgid_seq for m in store.page(Q, None, 10)] == [2]
+    assert count_rows(engine, "activemq_msgs") == 1
+    store.stop()
+    assert make_journaled(tmp_path / "j").count(Q) == 1
