@@ -12,6 +12,7 @@ lock, so a row locker would get the row at once (and a row holder blocks lease U
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
@@ -21,7 +22,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from mqstore.errors import ConfigError, LockError, LockLostError
 from mqstore.schema import StoreSchema
@@ -81,6 +82,12 @@ class Locker(Protocol):
     def fence_holder(self) -> str | None:
         """The BROKER_NAME a single-statement write must find on the lock row (read FOR
         SHARE in that statement), or None when writes are not fenced by the row."""
+
+    @property
+    def fence_session(self) -> str | None:
+        """For a lock held by a database session (the row lock): the id of that session's
+        open transaction, which a single-statement write checks is still in progress
+        instead of reading the lock row; None otherwise."""
 
     def check_fence(self, found: str | None) -> None:
         """After such a write: raise :class:`LockLostError` unless ``found`` is still us."""
@@ -277,6 +284,8 @@ class LeaseLocker:
     def fence_holder(self) -> str:
         return self.holder
 
+    fence_session = None
+
     def check_fence(self, found: str | None) -> None:
         if found != self.holder:
             with self._mutex:
@@ -298,7 +307,7 @@ class LeaseLocker:
                     .where(lock.c.broker_name == self.holder, lock.c.id == 1)
                     .values(broker_name=self.holder, time=now + self.lease_ms)
                 )
-        except DBAPIError as exc:
+        except SQLAlchemyError as exc:  # the database, or no pooled connection in time
             log.error("lease renewal failed: %s", str(exc).splitlines()[0])
             return self.is_held()  # still ours until the local deadline passes
         with self._mutex:
@@ -354,6 +363,7 @@ class RowLocker:
         self.engine, self.schema, self.holder = engine, schema, holder
         self.renew_ms, self.poll_ms = renew_ms, poll_ms
         self._conn: Connection | None = None
+        self._xact: str | None = None  # the lock transaction's id (xid8)
         self._mutex = threading.Lock()
 
     @property
@@ -375,8 +385,9 @@ class RowLocker:
                     stop.wait(self.poll_ms / 1000)
                 continue
             conn.execute(sa.text("SET lock_timeout = 0"))
+            xact = conn.execute(sa.text("SELECT CAST(pg_current_xact_id() AS text)")).scalar_one()
             with self._mutex:
-                self._conn = conn
+                self._conn, self._xact = conn, str(xact)
             log.info("became master: row lock on %s", lock.name)
             return True
         return False
@@ -404,14 +415,40 @@ class RowLocker:
             return self._conn is not None
 
     def fence(self, conn: Connection) -> None:
-        """The row lock itself is the fence: nobody else can hold it while we live."""
-        self.check_fence(None)
+        """Nobody else can hold the row lock while our lock transaction lives; it may have
+        ended without this process knowing yet (its session was dropped), so ask."""
+        xact = self.fence_session
+        alive = (
+            xact is not None
+            and conn.execute(
+                sa.text("SELECT pg_xact_status(CAST(:xact AS xid8)) = 'in progress'"),
+                {"xact": xact},
+            ).scalar_one()
+        )
+        self.check_fence(self.holder if alive else None)
 
-    fence_holder = None
+    @property
+    def fence_holder(self) -> str:
+        return self.holder
+
+    @property
+    def fence_session(self) -> str | None:
+        with self._mutex:
+            return self._xact if self._conn is not None else None
 
     def check_fence(self, found: str | None) -> None:
-        if not self.is_held():
-            raise LockLostError(f"the row lock on {self.schema.lock.name} was lost")
+        if found != self.holder or not self.is_held():
+            with self._mutex:
+                lost, self._conn = self._conn, None
+            if lost is not None:
+                log.error("row lock lost: its session ended; this store stopped writing")
+                with contextlib.suppress(Exception):
+                    lost.invalidate()
+                    lost.close()
+            raise LockLostError(
+                f"the row lock on {self.schema.lock.name} was lost (its database session "
+                "ended): this store stopped writing. Restart it to wait as a standby."
+            )
 
     def release(self) -> None:
         with self._mutex:
@@ -445,6 +482,7 @@ class NoLocker:
         return None
 
     fence_holder = None
+    fence_session = None
 
     def check_fence(self, found: str | None) -> None:
         return None
@@ -497,6 +535,8 @@ class ExclusiveLease:
     @property
     def fence_holder(self) -> str:
         return self.lease.fence_holder
+
+    fence_session = None
 
     def check_fence(self, found: str | None) -> None:
         self.lease.check_fence(found)

@@ -143,6 +143,8 @@ class CommitShape:
     adds: Rows
     removes: Rows
     acks: Rows
+    #: Fenced by the lock session's transaction (the row lock) instead of the lock row.
+    session_fence: bool = False
 
 
 @lru_cache(maxsize=256)
@@ -151,7 +153,9 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
 
     Run in autocommit it is its own transaction. When ``fenced`` it reads the lock row FOR
     SHARE first and writes only while ``BROKER_NAME = :holder``: a takeover's UPDATE waits
-    for it, and it returns the holder it found so the caller can tell it was deposed. The
+    for it, and it returns the holder it found so the caller can tell it was deposed. With
+    ``session_fence`` (the row lock, held FOR UPDATE by another session of the same broker)
+    it writes only while that session's transaction ``:lock_xact`` is in progress. The
     removal waits for the insert (it reads its count), so adds come first as in a
     transaction: re-adding the JMS id of a message the batch removes is a duplicate.
     Parameters are those of ``insert_msgs`` for the adds, ``:rm_*`` for the removals,
@@ -162,7 +166,12 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
     guard = " AND EXISTS (SELECT 1 FROM f WHERE f.broker_name = :holder)" if shape.fenced else ""
     ctes = []
-    if shape.fenced:
+    if shape.fenced and shape.session_fence:
+        ctes.append(
+            "f AS (SELECT CAST(:holder AS text) AS broker_name "
+            "WHERE pg_xact_status(CAST(:lock_xact AS xid8)) = 'in progress')"
+        )
+    elif shape.fenced:
         ctes.append(f"f AS (SELECT broker_name FROM {schema.lock.name} WHERE id = 1 FOR SHARE)")
     if shape.adds:
         ctes.append(f"i AS ({_insert_msgs(m, shape.adds)} AS u WHERE true{guard} RETURNING 1)")

@@ -138,7 +138,10 @@ class PostgresStore:
     def _spawn(self, name: str, fn: Callable[[], None], every_s: float) -> None:
         def loop() -> None:
             while not self._stopping.wait(every_s):
-                fn()
+                try:
+                    fn()
+                except Exception:  # a background task must outlive one failed run
+                    log.exception("%s failed; retrying in %.1f s", name, every_s)
 
         thread = threading.Thread(target=loop, name=name, daemon=True)
         thread.start()
@@ -327,14 +330,21 @@ class PostgresStore:
         self.check_writable()
         if not batch:
             return 0
-        holder = self.locker.fence_holder
+        holder, session = self.locker.fence_holder, self.locker.fence_session
         adds, removes = batch.adds, batch.removes
         newest = self._newest_acks(batch.acks)
         fenced = holder is not None
         shape = CommitShape(
-            fenced, self.history, Rows.of(len(adds)), Rows.of(len(removes)), Rows.of(len(newest))
+            fenced,
+            self.history,
+            Rows.of(len(adds)),
+            Rows.of(len(removes)),
+            Rows.of(len(newest)),
+            session_fence=session is not None,
         )
         params: dict[str, object] = {"holder": holder}
+        if session is not None:
+            params["lock_xact"] = session
         if adds:
             params.update(_bind(shape.adds, _insert_params(self.rows_for(adds, ids, None))))
         if removes:
