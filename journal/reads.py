@@ -44,7 +44,9 @@ class MergedReads:
         raise NotImplementedError
 
     def _bound(self) -> int:
-        return min(self._inflight) if self._inflight else NO_BOUND
+        # XA commits write the database directly, under IDs the database store reserved.
+        own = min(self._inflight) if self._inflight else NO_BOUND
+        return min(own, self.pg.bound())
 
     def _snapshot(
         self, container: str, after: Cursor, limit: int, floors: dict[int, int] | None = None

@@ -206,6 +206,24 @@ class PostgresStore:
             self._last_id += count
         return list(range(first, first + count))
 
+    @contextmanager
+    def reserve_ids(self, count: int) -> Iterator[list[int]]:
+        """Reserve ``count`` IDs for rows being committed: until the block ends, pages do
+        not read past the first of them (reserving and marking happen at once, so a page
+        never sees a later ID commit while an earlier one is still to come)."""
+        if not count:
+            yield []
+            return
+        with self._seq_lock:
+            first = self._last_id + 1
+            self._last_id += count
+            self._inflight[first] = count
+        try:
+            yield list(range(first, first + count))
+        finally:
+            with self._seq_lock:
+                self._inflight.pop(first, None)
+
     def stats_last_id(self) -> int:
         """The last ID handed out."""
         return self._last_id
@@ -305,16 +323,8 @@ class PostgresStore:
         check_messages(batch.adds, self.max_message_bytes)
         for removal in batch.removes:
             check_container(removal.container)
-        ids = self.next_ids(len(batch.adds)) if batch.adds else []
-        if ids:
-            with self._seq_lock:
-                self._inflight[ids[0]] = len(ids)
-        try:
+        with self.reserve_ids(len(batch.adds)) as ids:
             removed = self._write_batch(batch, ids)
-        finally:
-            if ids:
-                with self._seq_lock:
-                    self._inflight.pop(ids[0], None)
         self._counters["added"] += len(ids)
         self._counters["removed"] += removed
         self._counters["acked"] += len(batch.acks)
@@ -525,10 +535,13 @@ class PostgresStore:
 
     def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
         if remove:
+            # Rows locked first, skipping any a concurrent removal holds: every row returned
+            # is one this call removed (a consumer's ack in flight may take it instead).
+            locked = sa.text(self.sql.expired.text + " FOR UPDATE SKIP LOCKED")
             with self.transaction() as conn:
                 rows = [
                     StoredMessage.from_row(r)
-                    for r in conn.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
+                    for r in conn.execute(locked, {"now": now_ms, "limit": limit}).all()
                 ]
                 self.delete_rows(conn, [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows])
             return rows

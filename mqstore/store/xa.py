@@ -8,6 +8,7 @@ prepared adds to fresh IDs (so they sort after messages committed earlier).
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -126,9 +127,11 @@ class XaOperations:
         """Adds move to fresh IDs and become visible; removals and acks take effect."""
         store = self.store
         m = store.schema.msgs
-        with store.transaction() as conn:
+        with contextlib.ExitStack() as stack, store.transaction() as conn:
             adds, removes, acks = self._take(conn, xid)
-            for msg, new_id in zip(adds, store.next_ids(len(adds)), strict=True):
+            # Held until the block has committed: pages stop below the new IDs until then.
+            fresh = stack.enter_context(store.reserve_ids(len(adds)))
+            for msg, new_id in zip(adds, fresh, strict=True):
                 conn.execute(sa.update(m).where(m.c.id == msg.id).values(xid=None, id=new_id))
             conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in removes])).values(xid=None))
             store.delete_rows(conn, [Removal(r.container, r.id) for r in removes])

@@ -1,0 +1,86 @@
+"""Concurrent writers and readers of one PostgresStore: a page never skips a message whose
+commit is still under way, and expiry reports only what it removed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from mqstore.db import libpq_dsn
+from mqstore.store import Batch, PostgresStore, StoredMessage, Xid
+from tests.integration.conftest import msg
+
+Q = "queue://orders"
+
+
+def _read_all(store: PostgresStore, first: list[StoredMessage]) -> list[int | None]:
+    later = store.page(Q, first[-1].cursor if first else None, 100)
+    return [m.msgid_seq for m in first + later]
+
+
+def _paused(target: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """Make ``target.name`` stop on its first call until released; (paused, release)."""
+    paused, release = threading.Event(), threading.Event()
+    real = getattr(target, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not paused.is_set():
+            paused.set()
+            assert release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, wrapper)
+    return paused, release
+
+
+def test_a_page_stops_below_an_add_still_being_committed(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paused, release = _paused(store, "_write_batch", monkeypatch)
+    slow = threading.Thread(target=store.add, args=([msg(Q, 1)],))
+    slow.start()
+    assert paused.wait(5)  # ID reserved, not committed
+    store.add([msg(Q, 2)])  # a later ID, committed first
+    first = store.page(Q, None, 100)
+    assert first == []  # a cursor past ID 2 would never come back for ID 1
+    release.set()
+    slow.join()
+    assert _read_all(store, first) == [1, 2]
+
+
+def test_an_xa_commit_holds_pages_below_the_ids_it_gives(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    xid = Xid(1, b"g1", b"b1")
+    store.xa_prepare(xid, Batch(adds=[msg(Q, 1)]))
+    paused, release = _paused(store, "apply_acks", monkeypatch)  # after the adds' new IDs
+    committing = threading.Thread(target=store.xa_commit, args=(xid,))
+    committing.start()
+    assert paused.wait(5)
+    store.add([msg(Q, 2)])
+    first = store.page(Q, None, 100)
+    release.set()
+    committing.join()
+    assert sorted(_read_all(store, first)) == [1, 2]  # type: ignore[type-var]
+
+
+def test_expiry_returns_only_the_messages_it_removed(store: PostgresStore, dsn: str) -> None:
+    [gone, kept] = store.add([msg(Q, 1, expiration=1), msg(Q, 2, expiration=1)])
+    result: list[list[StoredMessage]] = []
+    expiry = threading.Thread(
+        target=lambda: result.append(store.expire(int(time.time() * 1000), 10))
+    )
+    with psycopg.connect(libpq_dsn(dsn)) as consumer:  # an ack of message 1 in flight
+        consumer.execute("DELETE FROM activemq_msgs WHERE id = %s", (gone,))
+        expiry.start()
+        expiry.join(3)
+    expiry.join(10)  # the ack has committed
+    assert [m.id for m in result[0]] == [kept]
+    with store.engine.connect() as conn:
+        outcomes = conn.execute(sa.text("SELECT id, outcome FROM mqstore_history")).all()
+    assert [tuple(r) for r in outcomes] == [(kept, "expired")]
