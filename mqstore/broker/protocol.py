@@ -48,7 +48,9 @@ class Connection(Handlers):
         self.version = "1.0"
         self.parser = FrameParser(broker.config.limits)
         self.connected = False
-        self.closing = False
+        self.closing = False  # no more frames are read
+        self._errored = False  # an ERROR frame was sent: nothing else is
+        self._finished = False  # cleanup done: the write loop ends once it has written all
         self.client_id: str | None = None
         self.login: str | None = None
         self.consumers: dict[str, Consumer] = {}
@@ -73,6 +75,8 @@ class Connection(Handlers):
 
     # -- outbound ---------------------------------------------------------------------------
     def room(self) -> int:
+        if self.closing:
+            return 0  # a closing connection takes no new deliveries
         return self.broker.config.max_pending_frames - self.queued_messages
 
     def _write_through(self, data: bytes) -> bool:
@@ -81,7 +85,7 @@ class Connection(Handlers):
         Saves a wake-up of the write loop per frame; anything else goes through the queue,
         which waits for the transport to drain (flow control) and keeps frames in order.
         """
-        if self._out or self.closing:
+        if self._out:
             return False
         transport = self.writer.transport
         if transport.is_closing() or transport.get_write_buffer_size():
@@ -91,6 +95,8 @@ class Connection(Handlers):
         return True
 
     def send_message(self, data: bytes) -> None:
+        if self._errored:
+            return  # nothing follows an ERROR frame; the delivery goes back on close
         if self._write_through(data):
             return
         self.queued_messages += 1
@@ -99,6 +105,8 @@ class Connection(Handlers):
 
     def send_frame(self, data: bytes) -> None:
         """Queue a control frame (RECEIPT, ERROR, CONNECTED): never subject to the limit."""
+        if self._errored:
+            return
         if self._write_through(data):
             return
         self._out.append((data, False))
@@ -133,9 +141,10 @@ class Connection(Handlers):
         try:
             while True:
                 if not self._out:
+                    if self._finished:
+                        return
                     if self.closing:
                         self.reader.feed_eof()  # wake the read loop
-                        return
                     self._out_event.clear()
                     interval = self.send_interval
                     idle = loop.time() - self._last_write
@@ -172,7 +181,8 @@ class Connection(Handlers):
             await self._read_loop()
         finally:
             self.closing = True
-            await self._cleanup()
+            await self._cleanup()  # pipelined sends settle, and their receipts are queued
+            self._finished = True
             self._out_event.set()
             try:
                 async with asyncio.timeout(2.0):
@@ -229,6 +239,7 @@ class Connection(Handlers):
         log.info("STOMP error to %s (%s): %s", self.peer, self.login or "-", message)
         body = (detail or message).encode("utf-8")
         self.send_frame(encode_frame("ERROR", headers, body, self.version))
+        self._errored = True
         self.closing = True
 
     async def _cleanup(self) -> None:

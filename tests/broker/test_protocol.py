@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from urllib.request import urlopen
@@ -12,6 +15,8 @@ import stomp
 
 from mqstore.broker import BrokerConfig, Limits
 from mqstore.broker.memory_store import MemoryStore
+from mqstore.store import Batch
+from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread, connect, wait_until
 
 P = {"persistent": "true"}
@@ -242,3 +247,67 @@ def test_snapshot_and_metrics(memory_store: MemoryStore) -> None:
         prod.disconnect()
     finally:
         bt.close()
+
+
+class _SlowCommits(MemoryStore):
+    """Each commit takes 0.3 s, so sends are still being stored when the broker stops."""
+
+    def commit(self, batch: Batch) -> list[int]:
+        time.sleep(0.3)
+        return super().commit(batch)
+
+
+def _frames_until_closed(raw: Raw) -> list[bytes]:
+    frames: list[bytes] = []
+    with contextlib.suppress(EOFError, OSError):
+        while True:
+            frames.append(raw.frame(timeout=10))
+    return frames
+
+
+def _stop_while_storing(bt: BrokerThread, raw: Raw, destination: str, count: int) -> list[bytes]:
+    raw.send(
+        b"".join(
+            b"SEND\ndestination:%s\npersistent:true\nreceipt:r%d\n\nbody%d\x00"
+            % (destination.encode(), i, i)
+            for i in range(count)
+        )
+    )
+    time.sleep(0.1)  # the first commit is under way
+    stopper = threading.Thread(target=bt.stop)
+    stopper.start()
+    frames = _frames_until_closed(raw)
+    stopper.join(30)
+    return frames
+
+
+def test_stop_writes_the_receipt_of_every_pipelined_send() -> None:
+    store = _SlowCommits()
+    store.start()
+    bt = BrokerThread(store, dataclasses.replace(FAST, max_batch=1)).start()
+    try:
+        raw = Raw(bt.port)
+        assert raw.connect().startswith(b"CONNECTED")
+        frames = _stop_while_storing(bt, raw, "/queue/rq", 5)
+        assert store.count("queue://rq") == 5
+        assert sum(f.startswith(b"RECEIPT") for f in frames) == 5
+    finally:
+        bt.close()
+        store.stop()
+
+
+def test_stop_loses_no_message_of_an_auto_ack_consumer_on_a_closing_connection() -> None:
+    store = _SlowCommits()
+    store.start()
+    bt = BrokerThread(store, dataclasses.replace(FAST, max_batch=1)).start()
+    try:
+        raw = Raw(bt.port)
+        assert raw.connect().startswith(b"CONNECTED")
+        raw.send(b"SUBSCRIBE\ndestination:/queue/aq\nid:s\nack:auto\nreceipt:sub\n\n\x00")
+        assert raw.frame().startswith(b"RECEIPT")
+        frames = _stop_while_storing(bt, raw, "/queue/aq", 5)
+        received = sum(f.startswith(b"MESSAGE") for f in frames)
+        assert received + store.count("queue://aq") == 5
+    finally:
+        bt.close()
+        store.stop()
