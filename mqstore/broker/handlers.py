@@ -262,6 +262,14 @@ class Handlers:
 
     async def _settle(self, frame: Frame, *, nack: bool) -> None:
         delivery = self._find(frame)
+        if delivery.tx is not None and delivery.tx == frame.get("transaction"):
+            self.receipt(frame)  # a repeated ACK in the same transaction changes nothing
+            return
+        if delivery.tx is not None:
+            raise _error(
+                f"{frame.command} for a message already settled in transaction "
+                f"{delivery.tx!r} (commit or abort it first)"
+            )
         targets = self._targets(delivery)
         tx_id = frame.get("transaction")
         if tx_id is not None:
@@ -269,6 +277,8 @@ class Handlers:
             for d in targets:
                 d.consumer.mark_tx(d, tx_id)
             (tx.nacks if nack else tx.acks).extend(targets)
+            if delivery.consumer.dest is not None:
+                delivery.consumer.dest.kick()  # the freed prefetch credit takes a message
             self.receipt(frame)
             return
         for d in targets:

@@ -237,3 +237,63 @@ def test_a_transaction_whose_commit_fails_leaves_no_store_usage_behind() -> None
     finally:
         bt.close()
         store.stop()
+
+
+def _queued(bt: BrokerThread, dest: str, count: int) -> None:
+    prod, pcol = connect(bt.port)
+    for i in range(count):
+        prod.send(dest, f"m{i}", headers={"persistent": "true"}, receipt=f"r{i}")
+    assert pcol.wait(lambda: len(pcol.receipts) == count)
+    prod.disconnect()
+
+
+def test_an_ack_in_a_transaction_frees_prefetch_credit_at_once(broker: BrokerThread) -> None:
+    _queued(broker, "/queue/tp", 3)
+    cons, col = connect(broker.port)
+    headers = {"activemq.prefetchSize": "1"}
+    cons.subscribe("/queue/tp", id="s", ack="client-individual", headers=headers)
+    [m0] = col.wait_messages(1)
+    cons.begin("t")
+    cons.ack(m0.headers["ack"], transaction="t")
+    assert [m.body for m in col.wait_messages(2)] == ["m0", "m1"]  # before the COMMIT
+    cons.commit("t", receipt="c")
+    assert col.wait(lambda: "c" in col.receipts)
+    cons.disconnect()
+
+
+def test_a_message_acked_in_a_transaction_cannot_be_acked_outside_it(
+    broker: BrokerThread,
+) -> None:
+    _queued(broker, "/queue/td", 3)
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/td", id="s", ack="client-individual")
+    msgs = col.wait_messages(3)
+    cons.begin("t")
+    cons.ack(msgs[0].headers["ack"], transaction="t")
+    cons.ack(msgs[0].headers["ack"])
+    assert col.wait(lambda: bool(col.errors))
+    assert "already settled in transaction" in col.errors[0].headers["message"]
+    # The connection closed, so its transaction was aborted: every message comes back once.
+    again, col2 = connect(broker.port)
+    again.subscribe("/queue/td", id="s", ack="auto")
+    assert sorted(m.body for m in col2.wait_messages(3)) == ["m0", "m1", "m2"]
+    time.sleep(0.3)
+    assert len(col2.messages) == 3
+    again.disconnect()
+
+
+def test_a_repeated_ack_in_one_transaction_removes_the_message_once(
+    broker: BrokerThread,
+) -> None:
+    _queued(broker, "/queue/tw", 2)
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/tw", id="s", ack="client-individual")
+    msgs = col.wait_messages(2)
+    cons.begin("t")
+    for m in (msgs[0], msgs[1], msgs[0]):  # the first ACK retried
+        cons.ack(m.headers["ack"], transaction="t")
+    cons.commit("t", receipt="c")
+    assert col.wait(lambda: "c" in col.receipts) and not col.errors
+    assert wait_until(lambda: broker.store.count("queue://tw") == 0)
+    assert broker.snapshot()["destinations"]["queue://tw"]["depth"] == 0
+    cons.disconnect()
