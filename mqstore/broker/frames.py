@@ -7,9 +7,11 @@ Header escaping follows the negotiated version: none in 1.0, ``\\\\ \\n \\c`` in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+_END_OF_HEADERS = re.compile(rb"\r?\n\r?\n")
 COMMANDS = frozenset(
     {
         "CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK",
@@ -132,15 +134,11 @@ class FrameParser:
             self.heartbeats += 1
         if start:
             del buf[:start]
-        end_head = buf.find(b"\n\n")
-        end_head_crlf = buf.find(b"\r\n\r\n")
-        if end_head_crlf != -1 and (end_head == -1 or end_head_crlf < end_head):
-            head_end, body_start = end_head_crlf, end_head_crlf + 4
-        elif end_head != -1:
-            head_end, body_start = end_head, end_head + 2
-        else:
+        blank = _END_OF_HEADERS.search(buf)  # an EOL, then an empty line: each [CR] LF
+        if blank is None:
             self._check_partial_head()
             return None
+        head_end, body_start = blank.start(), blank.end()
         lines = bytes(buf[:head_end]).split(b"\n")
         command = self._text(lines[0].rstrip(b"\r"))
         if command not in COMMANDS:
@@ -150,12 +148,9 @@ class FrameParser:
         headers = self._headers(command, lines[1:])
         length_text = headers.get("content-length")
         if length_text is not None:
-            try:
-                length = int(length_text)
-            except ValueError:
-                raise FrameError(f"content-length is not a number: {length_text!r}") from None
-            if length < 0:
-                raise FrameError("content-length must not be negative")
+            if not (length_text.isascii() and length_text.isdigit()):
+                raise FrameError(f"content-length must be a number of octets: {length_text[:40]!r}")
+            length = int(length_text)
             if body_start + length > self.limits.max_frame_size:
                 raise FrameError(
                     f"frame larger than the limit of {self.limits.max_frame_size} bytes"
