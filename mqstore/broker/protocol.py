@@ -132,6 +132,12 @@ class Connection(Handlers):
         if rid is not None:
             self.send_frame(encode_frame("RECEIPT", [("receipt-id", rid)], b"", self.version))
 
+    def stop_reading(self) -> None:
+        """Take no more frames (broker shutdown); work in flight still completes."""
+        self.closing = True
+        self.reader.feed_eof()
+        self._room_event.set()
+
     def wake_writer(self) -> None:
         """Make the write loop look again at its heart-beat interval (after CONNECT)."""
         self._out_event.set()
@@ -162,10 +168,10 @@ class Connection(Handlers):
                 self._last_write = loop.time()
                 self.writer.writelines([data for data, _ in chunk])
                 await self.writer.drain()
+                self._room_event.set()
                 sent = sum(1 for _, is_msg in chunk if is_msg)
                 if sent:
                     self.queued_messages -= sent
-                    self._room_event.set()
                     for c in self.consumers.values():
                         if c.dest is not None:
                             c.dest.kick()
@@ -199,6 +205,11 @@ class Connection(Handlers):
     async def _read_loop(self) -> None:
         cfg = self.broker.config
         while not self.closing:
+            # A client that sends but does not read its replies waits here (TCP pushes back)
+            # instead of growing the queue of RECEIPT frames without bound.
+            while len(self._out) >= cfg.max_pending_frames and not self.closing:
+                self._room_event.clear()
+                await self._room_event.wait()
             if not self.connected:
                 timeout: float | None = cfg.connect_timeout
             else:

@@ -100,8 +100,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         for conn in list(self.connections):
-            conn.closing = True
-            conn.reader.feed_eof()
+            conn.stop_reading()
         if self._conn_tasks:
             await asyncio.wait(list(self._conn_tasks), timeout=self.config.stop_timeout)
         for task in list(self._conn_tasks):

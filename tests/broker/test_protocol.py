@@ -311,3 +311,26 @@ def test_stop_loses_no_message_of_an_auto_ack_consumer_on_a_closing_connection()
     finally:
         bt.close()
         store.stop()
+
+
+def test_a_client_that_does_not_read_its_receipts_is_held_back(memory_store: MemoryStore) -> None:
+    config = dataclasses.replace(FAST, max_pending_frames=100)
+    bt = BrokerThread(memory_store, config).start()
+    try:
+        raw = Raw(bt.port)
+        raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        assert raw.connect().startswith(b"CONNECTED")
+        frame = b"SEND\ndestination:/topic/nobody\nreceipt:" + b"r" * 8000 + b"\n\nx\x00"
+        raw.sock.settimeout(2)
+        with contextlib.suppress(TimeoutError):
+            for _ in range(4000):  # 32 MB of frames, and no reply is ever read
+                raw.send(frame)
+        broker = bt.broker
+        assert broker is not None
+
+        async def queued() -> int:
+            return sum(len(data) for c in broker.connections for data, _ in c._out)
+
+        assert bt.call(queued()) < 2 * 1024 * 1024
+    finally:
+        bt.close()
