@@ -63,11 +63,19 @@ class XaOperations:
                     )
             for ack in batch.acks:
                 prio = store.column_priority(ack.priority)
-                conn.execute(
+                result = conn.execute(
                     sa.update(a)
-                    .where(*self._ack_row(ack.key, prio))
+                    .where(*self._ack_row(ack.key, prio), a.c.xid.is_(None))
                     .values(xid=xid.encode("-", ack.message_id, prio))
                 )
+                if result.rowcount != 1:
+                    # The row holds one prepared ack (ActiveMQ's format): a second would
+                    # silently replace the first.
+                    raise TransactionError(
+                        f"cannot prepare an acknowledgement for subscription {ack.key} "
+                        f"(priority {prio}): no such subscription, or its acknowledgement "
+                        "is already in another XA transaction"
+                    )
         return ids
 
     def _prepared(

@@ -127,6 +127,20 @@ def test_prepare_twice_and_conflicting_removal_are_refused(store: PostgresStore)
     assert [p.xid for p in store.xa_recover()] == [XID]  # the failed prepare left nothing
 
 
+def test_a_second_prepared_ack_of_one_subscription_is_refused(store: PostgresStore) -> None:
+    store.add_subscription(SUB)
+    [first, second] = store.add([msg(T, 1), msg(T, 2)])
+    store.xa_prepare(XID, Batch(acks=[Ack(SUB, first)]))
+    other = Xid(1, b"other", b"")
+    with pytest.raises(TransactionError, match="already in another XA transaction"):
+        store.xa_prepare(other, Batch(acks=[Ack(SUB, second)]))
+    with pytest.raises(TransactionError, match="no such subscription"):
+        store.xa_prepare(other, Batch(acks=[Ack(SubscriptionKey(T, "client", "gone"), 1)]))
+    assert [p.xid for p in store.xa_recover()] == [XID]
+    store.xa_commit(XID)
+    assert [m.id for m in store.page_subscription(SUB, None, 10)] == [second]
+
+
 def test_prioritized_prepared_ack_carries_its_priority(
     make_store: StoreFactory, engine: Engine
 ) -> None:
