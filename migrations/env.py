@@ -35,7 +35,8 @@ def _url() -> str:
     for scheme in ("postgresql+psycopg://", "postgresql://", "postgres://"):
         if url.startswith(scheme):
             return "postgresql+psycopg://" + url[len(scheme) :]
-    sys.exit(f"unsupported DSN scheme in {url.split('://')[0]!r}: use postgresql://...")
+    scheme = url.split("://", 1)[0] if "://" in url else "(none)"  # never echo the rest
+    sys.exit(f"unsupported DSN scheme {scheme!r}: use postgresql://USER@HOST/DBNAME")
 
 
 def _configure(**kwargs: object) -> None:

@@ -32,9 +32,10 @@ psycopg.adapters.register_dumper(ByteaArray, ListBinaryDumper)
 def parse_dsn(dsn: str) -> URL:
     """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` DSNs."""
     if not dsn or "://" not in dsn:
-        raise ConfigError(
-            f"invalid DSN {dsn!r}: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME "
-            "(set MQSTORE_DSN or --dsn)"
+        raise ConfigError(  # not echoed: a keyword string ('host=... password=...') holds secrets
+            "invalid DSN: expected a URL, postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME "
+            "(libpq's keyword form 'host=... dbname=...' is not accepted; set MQSTORE_DSN "
+            "or --dsn)"
         )
     scheme = dsn.split("://", 1)[0]
     if scheme not in _SCHEMES:
@@ -58,6 +59,8 @@ def redact(dsn: str | URL) -> str:
         url = dsn if isinstance(dsn, URL) else make_url(dsn)
     except (ArgumentError, ValueError):
         return "<unparsable DSN>"
+    if "password" in url.query:  # ?password=... is libpq's too
+        url = url.update_query_dict({"password": "***"})
     return url.render_as_string(hide_password=True)
 
 

@@ -8,7 +8,7 @@ import sys
 
 from sqlalchemy.engine import Engine
 
-from tests.conftest import load_activemq_fixture
+from tests.conftest import REPO, load_activemq_fixture
 
 
 def mqstore(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -74,3 +74,23 @@ def test_adopt_then_browse_the_activemq_fixture(empty_engine: Engine, empty_dsn:
     assert figures["destinations"] == {"queue://FIXTURE.Q": 12, "topic://FIXTURE.T": 5}
     backlog = {s["name"]: s["backlog"] for s in figures["subscriptions"]}
     assert backlog == {"subA": 2, "subB": 5}
+
+
+def test_passwords_in_dsns_never_reach_error_messages() -> None:
+    keyword = "host=127.0.0.1 user=postgres password=S3CRET_KV dbname=postgres"
+    query = "postgresql://postgres@127.0.0.1:1/db?password=S3CRET_Q"
+    for dsn, secret in [(keyword, "S3CRET_KV"), (query, "S3CRET_Q")]:
+        result = mqstore("db", "check", "--dsn", dsn)
+        assert result.returncode == 2
+        assert secret not in result.stdout + result.stderr
+    alembic = subprocess.run(
+        [sys.executable, "-m", "alembic", "current"],
+        cwd=REPO,
+        env={"MQSTORE_DSN": keyword, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert alembic.returncode != 0
+    assert "S3CRET_KV" not in alembic.stdout + alembic.stderr
