@@ -182,3 +182,32 @@ def test_alembic_cli_from_repo_root(empty_dsn: str) -> None:
         assert build_schema().msgs.name not in sa.inspect(engine).get_table_names()
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "ALTER TABLE activemq_msgs DROP CONSTRAINT activemq_msgs_pkey",
+        "ALTER TABLE activemq_acks ALTER COLUMN priority SET DEFAULT 0",
+        "INSERT INTO activemq_lock (id) VALUES (2)",
+    ],
+    ids=["no-msgs-key", "acks-default", "second-lock-row"],
+)
+def test_adopt_refuses_what_it_cannot_make_pass_check_and_changes_nothing(
+    empty_engine: Engine, change: str
+) -> None:
+    load_activemq_fixture(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text(change))
+    tables_before = set(sa.inspect(empty_engine).get_table_names())
+    with pytest.raises(NotActiveMQSchemaError, match="nothing was changed"):
+        migrate.adopt(empty_engine)
+    assert set(sa.inspect(empty_engine).get_table_names()) == tables_before
+    assert count_rows(empty_engine, "activemq_msgs") == 17
+
+
+def test_check_reports_a_history_id_that_lost_its_identity(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE mqstore_history ALTER hist_id DROP IDENTITY"))
+    assert "mqstore_history.hist_id should be an identity column" in migrate.check(empty_engine)
