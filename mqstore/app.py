@@ -135,6 +135,8 @@ def serve(settings: Settings, host: str, port: int) -> None:
                 broker_name=settings.broker_name,
                 metrics_port=settings.metrics_port,
                 store_usage_limit=settings.store_usage_mb * 1024 * 1024,
+                cleanup_interval=settings.cleanup_interval_s,
+                expiry_batch=settings.expiry_batch,
             )
             eventloop.run(_run_broker(Broker(store, config), host, port, stop), settings.event_loop)
         finally:

@@ -72,9 +72,11 @@ class Broker:
         self.port = self._server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._every(self.config.expiry_interval, self.sweep_expired)),
-            loop.create_task(self._every(self.config.cleanup_interval, self._cleanup)),
+            loop.create_task(self._every(self.config.expiry_interval, self.sweep_expired))
         ]
+        if self.config.cleanup_interval > 0:  # 0 disables it
+            cleanup = self._every(self.config.cleanup_interval, self._cleanup)
+            self._tasks.append(loop.create_task(cleanup))
         if self.config.metrics_port is not None:
             self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
         log.info("STOMP broker listening on %s:%d", host, self.port)

@@ -9,11 +9,19 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 import stomp
 from sqlalchemy.engine import Engine
+
+from mqstore import app, migrate
+from mqstore.broker import Broker, BrokerConfig
+from mqstore.settings import load_settings
+from mqstore.store import Store
 
 
 def _free_port() -> int:
@@ -67,3 +75,26 @@ def test_metrics_sigterm_and_lease_release(dsn: str, engine: Engine, tmp_path: P
     assert tuple(row) == (None, 0), "the lease was not released as ActiveMQ releases it"
     assert depth == 3
     assert "passcode" not in log.read_text()
+
+
+def test_serve_hands_the_cleanup_and_expiry_settings_to_the_broker(
+    empty_engine: Engine, empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrate.upgrade(empty_engine)
+    configs: list[BrokerConfig] = []
+
+    class Recording(Broker):
+        def __init__(self, store: Store, config: BrokerConfig) -> None:
+            configs.append(config)
+            super().__init__(store, config)
+
+    def no_loop(main: Coroutine[Any, Any, None], kind: str) -> None:
+        main.close()
+
+    monkeypatch.setattr(app, "Broker", Recording)
+    monkeypatch.setattr(app.eventloop, "run", no_loop)
+    monkeypatch.setenv("MQSTORE_CLEANUP_INTERVAL_S", "0")
+    monkeypatch.setenv("MQSTORE_EXPIRY_BATCH", "7")
+    app.serve(load_settings(dsn=empty_dsn, journal=False, lock="none"), "127.0.0.1", 0)
+    [config] = configs
+    assert config.cleanup_interval == 0 and config.expiry_batch == 7
