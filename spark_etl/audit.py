@@ -91,9 +91,11 @@ def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataF
 
     A subscription with one ACKS row counts every message above it; with one row per
     priority (``prioritizedMessages``) a message counts against the row of its ``PRIORITY``.
-    In-doubt (XA-prepared) messages are not deliverable and are not counted.
+    In-doubt (XA-prepared) messages are not deliverable and are not counted. An ACKS row
+    with an XID is the subscription's own row holding a prepared acknowledgement (its
+    LAST_ACKED_ID moves only at commit), so it counts like any other.
     """
-    subs = acks.where(sf.col("xid").isNull())
+    subs = acks
     key = ["container", "client_id", "sub_name"]
     subs = subs.withColumn("n_rows", sf.count("*").over(_window(key)))
     visible = msgs.where(sf.col("xid").isNull()).select(
@@ -154,8 +156,7 @@ def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
 def orphan_subscriptions(acks: DataFrame, msgs: DataFrame) -> DataFrame:
     """Durable subscriptions whose destination holds no message."""
     return (
-        acks.where(sf.col("xid").isNull())
-        .select("container", "client_id", "sub_name")
+        acks.select("container", "client_id", "sub_name")
         .distinct()
         .join(msgs.select("container").distinct(), "container", "left_anti")
         .orderBy("container", "client_id", "sub_name")

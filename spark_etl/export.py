@@ -123,10 +123,12 @@ def message_rows(msgs: DataFrame, keep_msg: bool = True) -> DataFrame:
     )
 
 
-def history_rows(history: DataFrame) -> DataFrame:
-    """History rows with the ``destination``/``date`` partition columns (pure)."""
+def history_rows(history: DataFrame, keep_msg: bool = True) -> DataFrame:
+    """History rows with the ``destination``/``date`` partition columns (pure); without
+    ``keep_msg`` the raw ``MSG`` bytes are left out."""
+    columns = [c for c in HISTORY_COLUMNS if keep_msg or c != "msg"]
     return (
-        history.select(*HISTORY_COLUMNS)
+        history.select(*columns)
         .withColumnRenamed("container", "destination")
         .withColumn("date", sf.to_date(sf.timestamp_millis(sf.col("removed_at"))))
     )
@@ -167,6 +169,8 @@ def _new_messages(
     top = snapshot.agg(sf.max("id")).first()
     upto = None if top is None or top[0] is None else int(top[0])
     main = read_msgs(spark, src, after=mark, upto=upto)
+    if upto is None:  # nothing in the snapshot: a row committed since waits for the next run
+        main = main.limit(0)
     new_mark = max((x for x in (mark, upto) if x is not None), default=None)
     if prev is None or mark is None:
         return main, new_mark
@@ -240,7 +244,9 @@ def export(
         if prev_snapshot is not None:
             hist = derive_removals(prev_snapshot, snapshot, now)
     if hist is not None:
-        history_rows(hist).write.partitionBy("destination", "date").parquet(str(stage / "history"))
+        history_rows(hist, keep_msg).write.partitionBy("destination", "date").parquet(
+            str(stage / "history")
+        )
 
     step("publish")
     result = ExportResult(

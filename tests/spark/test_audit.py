@@ -13,8 +13,10 @@ import typer
 from sqlalchemy.engine import Engine
 from typer.testing import CliRunner
 
+from mqstore.store import Ack, Batch, PostgresStore, SubscriptionKey, Xid
 from spark_etl import cli
 from spark_etl.audit import Thresholds, audit
+from tests.integration.conftest import msg
 from tests.spark.conftest import dsn_of, execute
 
 NOW = 1795310000000  # an hour after the fixture was written; before any EXPIRATION
@@ -176,3 +178,21 @@ def test_html_report_renders_in_headless_chromium(
         capture_output=True, timeout=60, check=True,
     )  # fmt: skip
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["one-row", "row-per-priority"])
+def test_a_subscription_with_an_xa_prepared_ack_keeps_its_backlog(
+    spark: Any, engine: Engine, tmp_path: Path, prioritized: bool
+) -> None:
+    store = PostgresStore(engine, prioritized=prioritized, cleanup_interval_s=0)
+    store.start()
+    sub = SubscriptionKey("topic://xa", "client", "sub")
+    try:
+        store.add_subscription(sub)
+        ids = store.add([msg(sub.container, n, priority=9 if n == 1 else 4) for n in (1, 2, 3)])
+        store.xa_prepare(Xid(1, b"g", b"b"), Batch(acks=[Ack(sub, ids[0], priority=9)]))
+        assert store.pending_count(sub) == 3  # prepared, not committed
+    finally:
+        store.stop()
+    report = audit(spark, dsn_of(engine), tmp_path, now_ms=1795400000000)
+    assert {s["sub_name"]: s["backlog"] for s in report["subscriptions"]} == {"sub": 3}

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
+from mqstore import migrate
 from mqstore.openwire import encode, text_message
 from mqstore.schema import build_schema
 from spark_etl import export as export_mod
+from spark_etl import history as history_mod
 from spark_etl.audit import audit
 from spark_etl.export import export, load_watermarks
 from tests.spark.conftest import dsn_of, execute, fetch
@@ -300,3 +302,61 @@ def test_row_committed_between_snapshot_and_read_is_exported_once(
     third = export(spark, dsn, tmp_path)
     assert third.message_rows == 0 and third.history_rows == 0
     assert sorted(_messages(spark, tmp_path)) == [*range(1, 18), 101, 102, 103]
+
+
+def test_a_row_committed_after_an_empty_snapshot_is_exported_once(
+    spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrate.adopt(activemq_engine)  # with mqstore_history
+    dsn = dsn_of(activemq_engine)
+    export(spark, dsn, tmp_path)
+    execute(activemq_engine, "DELETE FROM activemq_msgs")  # the queue was drained
+    execute(
+        activemq_engine,
+        "INSERT INTO mqstore_history (id, container, msgid_prod, msgid_seq, priority, "
+        "expiration, enqueued_at, removed_at, outcome, msg) VALUES (1, 'queue://Q', "
+        "'ID:x-1-2-3:1:1', 1, 0, 0, 1795306859000, 1795400000000, 'acknowledged', '\\x00')",
+    )
+    real_index = export_mod.read_msg_index
+    real_query = history_mod.read_query
+
+    def empty_snapshot(spark_: Any, src: Any) -> Any:
+        return real_index(spark_, src).where("false")  # taken just before row 18 committed
+
+    def empty_history_max(spark_: Any, src: Any, sql: str) -> Any:
+        if sql.startswith("SELECT max(hist_id)"):  # asked just before hist_id 1 committed
+            sql = sql.replace("FROM", "FROM (SELECT * FROM", 1) + " WHERE false) t"
+        return real_query(spark_, src, sql)
+
+    execute(
+        activemq_engine,
+        "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg, "
+        "priority) VALUES (18, :c, 'ID:t-1-2-3:1:1', 18, 0, '\\x00', 0)",
+        {"c": Q},
+    )
+    with monkeypatch.context() as patch:
+        patch.setattr(export_mod, "read_msg_index", empty_snapshot)
+        patch.setattr(history_mod, "read_query", empty_history_max)
+        second = export(spark, dsn, tmp_path)
+    assert second.message_rows == 0 and second.history_rows == 0  # left to the next run
+    third = export(spark, dsn, tmp_path)
+    assert third.message_rows == 1 and third.history_rows == 1
+    fourth = export(spark, dsn, tmp_path)
+    assert fourth.message_rows == 0 and fourth.history_rows == 0
+    assert sorted(_messages(spark, tmp_path)) == [*range(1, 19)]
+
+
+def test_without_keep_msg_no_raw_bytes_are_archived(
+    spark: Any, activemq_engine: Engine, tmp_path: Path
+) -> None:
+    migrate.adopt(activemq_engine)  # with mqstore_history
+    execute(
+        activemq_engine,
+        "INSERT INTO mqstore_history (id, container, msgid_prod, msgid_seq, priority, "
+        "expiration, enqueued_at, removed_at, outcome, msg) VALUES (1, 'queue://Q', "
+        "'ID:x-1-2-3:1:1', 1, 0, 0, 1795306859000, 1795400000000, 'acknowledged', "
+        "'\\xdeadbeef')",
+    )
+    export(spark, dsn_of(activemq_engine), tmp_path, keep_msg=False)
+    assert "msg" not in spark.read.parquet(str(tmp_path / "messages")).columns
+    assert "msg" not in spark.read.parquet(str(tmp_path / "history")).columns
