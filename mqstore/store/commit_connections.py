@@ -120,6 +120,9 @@ class CommitConnections:
             conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.exec_driver_sql(SESSION_SQL)
             driver: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+            # The engine's connections never prepare (mqstore.db.create_engine); these do,
+            # each statement at its first run, planned per execution all the same.
+            driver.prepare_threshold = 0
             return _Kept(conn, driver, driver.cursor())
         except BaseException:
             conn.close()
@@ -132,6 +135,7 @@ class CommitConnections:
         if not lost:
             try:
                 kept.cursor.close()
+                kept.driver.prepare_threshold = None
                 kept.driver.execute(RESET_SQL)
             except psycopg.Error:
                 log.debug("a commit connection could not be reset; discarding it", exc_info=True)

@@ -55,6 +55,10 @@ def test_statements_reuse_one_autocommit_connection_that_plans_each_execution(
     with psycopg.connect(libpq_dsn(dsn)) as other:  # committed without a COMMIT
         assert other.execute("SELECT n FROM t").fetchall() == [(1,)]
     assert commits.run(PID, {}) == first
+    for n in (2, 3):
+        commits.run(added, {"n": n})
+    plans = "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = %(s)s"
+    assert commits.run(plans, {"s": added.replace("%(n)s", "$1")}) == (0, 3)  # parsed once
     commits.close()
 
 
@@ -94,6 +98,7 @@ def test_close_gives_connections_back_as_the_pool_hands_them_out(
     with one_connection_engine.connect() as pooled:
         assert _pid(pooled) == kept
         assert _setting(pooled) == "auto"
+        assert pooled.connection.driver_connection.prepare_threshold is None  # type: ignore[union-attr]
         pooled.exec_driver_sql("CREATE TABLE t (n int)")
         pooled.rollback()  # a transaction again: nothing was committed
         assert pooled.exec_driver_sql("SELECT to_regclass('t')").scalar_one() is None
