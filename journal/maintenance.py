@@ -226,8 +226,24 @@ def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> Repair
     path = Path(directory)
     plan = RepairPlan(path)
     with DirectoryLock(path):
-        scan = scan_log(path)
-        damage = scan.damage
+        undecodable: list[tuple[int, int, str]] = []  # the first: segment, offset, why
+
+        def on_frame(number: int, frame: Frame) -> None:
+            if not undecodable:
+                try:
+                    decode_batch(frame.payload)
+                except JournalDecodeError as exc:
+                    undecodable.append((number, frame.start, str(exc)))
+
+        scan = scan_log(path, on_frame)
+        damage, later = scan.damage, scan.unscanned
+        if undecodable:  # a valid checksum over bytes replay cannot read: it stops there too
+            number, offset, why = undecodable[0]
+            seg = next(s for s in scan.segments if s.number == number)
+            reason = f"undecodable record: {why}"
+            damage = Damage(number, seg.path, offset, seg.size, reason, torn=False)
+            later = [(s.number, s.path) for s in scan.segments if s.number > number]
+            later += scan.unscanned
         if damage is None:
             return plan
         plan.problem = _problem(damage)
@@ -242,7 +258,7 @@ def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> Repair
             plan.truncate_offset = damage.offset
             plan.lost_records += _count_frames(view, damage.offset + 1, lost)
         plan.lost_bytes = damage.bytes_after
-        for _number, seg_path in scan.unscanned:
+        for _number, seg_path in later:
             with open(seg_path, "rb") as f:
                 view = memoryview(f.read())
             plan.remove_files.append(seg_path.name)

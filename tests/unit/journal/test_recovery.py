@@ -24,7 +24,7 @@ from journal import (
     inspect,
     repair,
 )
-from journal.format import HEADER_SIZE
+from journal.format import FRAME_OVERHEAD, HEADER_SIZE, RECORD_BATCH, encode_frame
 
 REPO = Path(__file__).resolve().parents[3]
 SEGMENT = 8192
@@ -240,3 +240,22 @@ def test_sigkill_loses_no_acknowledged_record(tmp_path: Path) -> None:
     assert recovered == list(range(len(recovered)))
     assert set(acknowledged) <= set(recovered)
     assert journal.position.segment > 1
+
+
+def test_a_record_that_does_not_decode_is_refused_then_repaired(tmp_path: Path) -> None:
+    ends = write_log(tmp_path, 3)
+    path = segment_file(tmp_path)
+    start, end = ends[0].offset, ends[1].offset
+    data = bytearray(path.read_bytes())
+    garbage = encode_frame(RECORD_BATCH, b"\xff" * (end - start - FRAME_OVERHEAD))
+    assert len(garbage) == end - start  # a valid checksum over bytes that are no record
+    data[start:end] = garbage
+    path.write_bytes(bytes(data))
+    with Journal.open(tmp_path) as journal, pytest.raises(JournalCorruptError) as info:
+        list(journal.recover())
+    assert "undecodable record" in str(info.value) and "journal repair" in str(info.value)
+    plan = repair(tmp_path, dry_run=False)
+    assert (plan.truncate_file, plan.truncate_offset) == (path.name, start)
+    assert plan.lost_records == 1 and plan.applied  # the readable record after it
+    with Journal.open(tmp_path) as journal:
+        assert ids_of(journal) == [0]
