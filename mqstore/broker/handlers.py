@@ -138,7 +138,6 @@ class Handlers:
         if self.unsettled >= broker.config.max_pipelined_sends:
             await self.settle_sends()
         broker.usage.add(msg.size)
-        msg.counted = True
         self.unsettled += 1
 
         def done(ids: list[int] | None, exc: BaseException | None) -> None:
@@ -337,13 +336,11 @@ class Handlers:
             finishes.append(finish)
         for m in stored:
             broker.usage.add(m.size)
-            m.counted = True
         try:
             ids = await broker.writer_submit(op, None)
         except BaseException:
             for m in stored:  # nothing was stored
                 broker.usage.release(m.size)
-                m.counted = False
             raise
         for m, ident in zip(stored, ids, strict=True):
             broker.stored(m, ident)

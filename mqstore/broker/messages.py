@@ -45,7 +45,6 @@ class BrokerMessage:
     store_id: int | None = None
     store_priority: int = 0
     seq: int = 0
-    counted: bool = False  # bytes counted in the store usage
     headers: list[tuple[str, str]] | None = field(default=None, repr=False)
 
     @property
@@ -90,7 +89,7 @@ class BrokerMessage:
         ow = self.ow.replace(redelivery_counter=self.ow.redelivery_counter + 1)
         copy = BrokerMessage(
             ow, self.container, self.persistent, None, self.store_id, self.store_priority,
-            self.seq, self.counted,
+            self.seq,
         )  # fmt: skip
         if self.persistent:
             copy.encoded()

@@ -171,10 +171,9 @@ class Broker:
             self._first_stored = ident
 
     def counts_in_usage(self, msg: BrokerMessage) -> bool:
-        """Whether ``msg``'s bytes are in the store usage: it was stored by this broker
-        (every message this broker stores is counted), also when it came back from a page."""
-        if msg.counted:
-            return True
+        """Whether ``msg``'s bytes are in the store usage: every message this broker stores
+        is counted, so a stored message counts, also a copy read back by a page, when its ID
+        is one this broker was given."""
         first = self._first_stored
         return msg.store_id is not None and first is not None and msg.store_id >= first
 
@@ -217,7 +216,6 @@ class Broker:
             for copy, ident in zip(copies, ids, strict=True):
                 self.stored(copy, ident)
                 self.usage.add(copy.size)
-                copy.counted = True
                 self.route(copy)
             finish()
 

@@ -44,7 +44,7 @@ class Topic:
     def publish(self, msg: BrokerMessage) -> None:
         """Fan a message out (already stored when it must be)."""
         self.enqueued += 1
-        if msg.store_id is not None and msg.counted:
+        if msg.store_id is not None and self.broker.counts_in_usage(msg):
             self.stored.append((msg.store_id, msg.store_priority, msg.size))
         limit = self.broker.config.topic_pending_limit
         for c in self.consumers:
