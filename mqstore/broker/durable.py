@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mqstore.broker.messages import BrokerMessage
+from mqstore.broker.paging import LeftToPage
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.writer import Op
 from mqstore.store.model import Ack, Cursor, Outcome, SubscriptionKey
@@ -45,11 +46,9 @@ class DurableSub:
         self.backlog = backlog
         self.delivered: set[int] = set()  # sent, not acked: redelivered if sent again
         self._paging = False
-        self._skipped = 0
+        self._left = LeftToPage()
         self._scheduled = False
         self._session = 0  # pages read for an earlier attach are dropped
-        #: The earliest page position of a stored message left for a page to bring in.
-        self._rewind: tuple[int, int] | None = None
 
     @property
     def active(self) -> bool:
@@ -62,7 +61,7 @@ class DurableSub:
     def _read(self, prio: int, ident: int) -> bool:
         """Whether the message at (``prio``, ``ident``) was read into this session."""
         at = (-prio, ident)
-        if self._rewind is not None and at >= self._rewind:
+        if self._left.earliest is not None and at >= self._left.earliest:
             return False
         if self.exhausted:
             return True
@@ -79,7 +78,7 @@ class DurableSub:
         self.unacked.clear()
         self.cursor = None
         self.exhausted = False
-        self._rewind = None
+        self._left.earliest = None
         self._session += 1
         self.kick()
 
@@ -108,7 +107,7 @@ class DurableSub:
         elif self.exhausted:
             if len(self.pending) >= self.topic.broker.config.memory_window:
                 self.exhausted = False
-                self._skip(msg)
+                self._left.skip(msg)
                 return
             self.tracked.add(msg.store_id)
             self.pending.append(msg)
@@ -119,25 +118,8 @@ class DurableSub:
             self.tracked.add(msg.store_id)
             self.pending.append(msg)
         else:
-            self._skip(msg)
+            self._left.skip(msg)
         self.kick()
-
-    def _skip(self, msg: BrokerMessage) -> None:
-        """Leave a stored message to a page; the next page starts no later than it."""
-        assert msg.store_id is not None
-        self._skipped += 1
-        at = (-msg.store_priority, msg.store_id)
-        if self._rewind is None or at < self._rewind:
-            self._rewind = at
-
-    def _apply_rewind(self) -> None:
-        if self._rewind is None:
-            return
-        neg_priority, ident = self._rewind
-        self._rewind = None
-        cursor = self.cursor  # None: the next page starts at the first row anyway
-        if cursor is not None and (neg_priority, ident) <= (-cursor.priority, cursor.id):
-            self.cursor = Cursor(-neg_priority, ident - 1)
 
     # -- dispatch ---------------------------------------------------------------------------
     def kick(self) -> None:
@@ -175,8 +157,8 @@ class DurableSub:
     async def _page(self, limit: int) -> None:
         broker = self.topic.broker
         try:
-            skipped, session = self._skipped, self._session
-            self._apply_rewind()
+            skipped, session = self._left.count, self._session
+            self.cursor = self._left.rewind(self.cursor)
             rows = await asyncio.to_thread(
                 broker.store.page_subscription, self.key, self.cursor, max(limit, 1)
             )
@@ -193,8 +175,8 @@ class DurableSub:
                 if row.id in self.delivered:
                     msg.ow = msg.ow.replace(redelivery_counter=msg.ow.redelivery_counter + 1)
                 self.pending.append(msg)
-            self._apply_rewind()  # messages skipped while the page was read
-            if session == self._session and len(rows) < limit and self._skipped == skipped:
+            self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read
+            if session == self._session and len(rows) < limit and self._left.count == skipped:
                 self.exhausted = True
         except Exception:
             log.exception("paging durable subscription %s failed", self.key)

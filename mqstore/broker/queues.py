@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mqstore.broker.messages import BrokerMessage
+from mqstore.broker.paging import LeftToPage
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.writer import Op
 from mqstore.store.model import Cursor, Outcome, Removal
@@ -48,10 +49,7 @@ class Queue:
         self._rr = 0
         self._scheduled = False
         self._paging = False
-        self._skipped = 0
-        #: The earliest position (in page order) of a stored message left for a page to
-        #: bring in; the next page starts no later than there.
-        self._rewind: tuple[int, int] | None = None
+        self._left = LeftToPage()
 
     # -- arrivals ---------------------------------------------------------------------------
     def enqueue(self, msg: BrokerMessage) -> None:
@@ -62,34 +60,16 @@ class Queue:
             if msg.store_id in self.tracked:
                 return  # a page read it before its store call came back
             if not self.exhausted and not self._before_cursor(msg):
-                self._skip(msg)
+                self._left.skip(msg)
                 return  # a page will bring it in
             if self.exhausted and len(self.pending) >= self.broker.config.memory_window:
                 self.exhausted = False
-                self._skip(msg)
+                self._left.skip(msg)
                 return
             self.tracked.add(msg.store_id)
         msg.seq = self.broker.next_seq()
         heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
         self.kick()
-
-    def _skip(self, msg: BrokerMessage) -> None:
-        """Leave a stored message to a page. In priority order it may sort before the
-        cursor (or before where a page in flight moves it), so the next page starts there."""
-        assert msg.store_id is not None
-        self._skipped += 1
-        at = (-msg.store_priority, msg.store_id)
-        if self._rewind is None or at < self._rewind:
-            self._rewind = at
-
-    def _apply_rewind(self) -> None:
-        if self._rewind is None:
-            return
-        neg_priority, ident = self._rewind
-        self._rewind = None
-        cursor = self.cursor  # None: the next page starts at the first row anyway
-        if cursor is not None and (neg_priority, ident) <= (-cursor.priority, cursor.id):
-            self.cursor = Cursor(-neg_priority, ident - 1)
 
     def _rank(self, msg: BrokerMessage) -> int:
         """Dispatch rank: JMS priority in prioritized mode; plain mode is FIFO, as ActiveMQ."""
@@ -172,8 +152,8 @@ class Queue:
 
     async def _page(self, limit: int) -> None:
         try:
-            skipped = self._skipped
-            self._apply_rewind()
+            skipped = self._left.count
+            self.cursor = self._left.rewind(self.cursor)
             limit = max(limit, 1)
             rows = await asyncio.to_thread(
                 self.broker.store.page, self.container, self.cursor, limit
@@ -185,8 +165,8 @@ class Queue:
                 msg = BrokerMessage.from_row(row, self.broker.next_seq())
                 self.tracked.add(row.id)
                 heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
-            self._apply_rewind()  # messages skipped while the page was read
-            if len(rows) < limit and self._skipped == skipped:
+            self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read
+            if len(rows) < limit and self._left.count == skipped:
                 self.exhausted = True
         except Exception:
             log.exception("paging %s from the store failed", self.container)
