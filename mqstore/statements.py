@@ -50,6 +50,8 @@ class Statements:
     orphan_topic_ids: TextClause
     #: Expired visible messages, oldest first.
     expired: TextClause
+    #: ``expired``, locking the rows it returns and skipping rows a removal holds.
+    expired_locked: TextClause
     #: ActiveMQ's start-up sequence: max(MAX(ID), MAX(LAST_ACKED_ID)).
     last_sequence: TextClause
     #: Every destination with messages or subscriptions.
@@ -193,6 +195,11 @@ def statements_for(prefix: str = "") -> Statements:
     schema = build_schema(prefix)
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
     removal = f"WITH {', '.join(_removal_ctes(m, ''))} "
+    expired = (
+        f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
+        f"FROM {m} WHERE expiration > 0 AND expiration < :now AND xid IS NULL "
+        "ORDER BY expiration LIMIT :limit"
+    )
     pending = (
         f"FROM {m} m JOIN {a} d ON m.container = d.container AND m.priority = d.priority "
         "WHERE d.container = :container AND d.client_id = :client_id "
@@ -246,11 +253,8 @@ def statements_for(prefix: str = "") -> Statements:
             f"SELECT id FROM {m} WHERE container = :container AND xid IS NULL AND NOT EXISTS "
             f"(SELECT 1 FROM {a} WHERE container = :container) LIMIT :limit"
         ),
-        expired=sa.text(
-            f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
-            f"FROM {m} WHERE expiration > 0 AND expiration < :now AND xid IS NULL "
-            "ORDER BY expiration LIMIT :limit"
-        ),
+        expired=sa.text(expired),
+        expired_locked=sa.text(expired + " FOR UPDATE SKIP LOCKED"),
         last_sequence=sa.text(
             f"SELECT greatest((SELECT max(id) FROM {m}), (SELECT max(last_acked_id) FROM {a}), 0)"
         ),

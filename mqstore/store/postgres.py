@@ -202,9 +202,14 @@ class PostgresStore:
     def next_ids(self, count: int) -> list[int]:
         """Reserve ``count`` strictly increasing IDs."""
         with self._seq_lock:
-            first = self._last_id + 1
-            self._last_id += count
+            first = self._take_ids_locked(count)
         return list(range(first, first + count))
+
+    def _take_ids_locked(self, count: int) -> int:
+        """The first of ``count`` new IDs (the caller holds the sequence lock)."""
+        first = self._last_id + 1
+        self._last_id += count
+        return first
 
     @contextmanager
     def reserve_ids(self, count: int) -> Iterator[list[int]]:
@@ -215,8 +220,7 @@ class PostgresStore:
             yield []
             return
         with self._seq_lock:
-            first = self._last_id + 1
-            self._last_id += count
+            first = self._take_ids_locked(count)
             self._inflight[first] = count
         try:
             yield list(range(first, first + count))
@@ -537,11 +541,11 @@ class PostgresStore:
         if remove:
             # Rows locked first, skipping any a concurrent removal holds: every row returned
             # is one this call removed (a consumer's ack in flight may take it instead).
-            locked = sa.text(self.sql.expired.text + " FOR UPDATE SKIP LOCKED")
+            params = {"now": now_ms, "limit": limit}
             with self.transaction() as conn:
                 rows = [
                     StoredMessage.from_row(r)
-                    for r in conn.execute(locked, {"now": now_ms, "limit": limit}).all()
+                    for r in conn.execute(self.sql.expired_locked, params).all()
                 ]
                 self.delete_rows(conn, [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows])
             return rows
