@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from mqstore.errors import ConfigError, LockError, LockLostError
 from mqstore.schema import StoreSchema
+from mqstore.statements import LOCK_SESSION_ALIVE
 
 log = logging.getLogger(__name__)
 
@@ -421,8 +422,7 @@ class RowLocker:
         alive = (
             xact is not None
             and conn.execute(
-                sa.text("SELECT pg_xact_status(CAST(:xact AS xid8)) = 'in progress'"),
-                {"xact": xact},
+                sa.text(f"SELECT {LOCK_SESSION_ALIVE}"), {"lock_xact": xact}
             ).scalar_one()
         )
         self.check_fence(self.holder if alive else None)

@@ -136,6 +136,10 @@ def _ack_update(acks: str, param: str, cond: str = "", rows: Rows = Rows.MANY) -
     )
 
 
+#: True while the row lock's session ``:lock_xact`` (its transaction's xid8) lives.
+LOCK_SESSION_ALIVE = "pg_xact_status(CAST(:lock_xact AS xid8)) = 'in progress'"
+
+
 @dataclass(frozen=True)
 class CommitShape:
     """What a store commit holds, which picks its statement (each planned for what it does)."""
@@ -169,10 +173,8 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     guard = " AND EXISTS (SELECT 1 FROM f WHERE f.broker_name = :holder)" if shape.fenced else ""
     ctes = []
     if shape.fenced and shape.session_fence:
-        ctes.append(
-            "f AS (SELECT CAST(:holder AS text) AS broker_name "
-            "WHERE pg_xact_status(CAST(:lock_xact AS xid8)) = 'in progress')"
-        )
+        alive = f"SELECT CAST(:holder AS text) AS broker_name WHERE {LOCK_SESSION_ALIVE}"
+        ctes.append(f"f AS ({alive})")
     elif shape.fenced:
         ctes.append(f"f AS (SELECT broker_name FROM {schema.lock.name} WHERE id = 1 FOR SHARE)")
     if shape.adds:
