@@ -281,36 +281,39 @@ def _stop_while_storing(bt: BrokerThread, raw: Raw, destination: str, count: int
     return frames
 
 
-def test_stop_writes_the_receipt_of_every_pipelined_send() -> None:
+@pytest.fixture
+def slow_broker() -> Iterator[tuple[BrokerThread, MemoryStore, Raw]]:
+    """A broker committing one send at a time, slowly, and a connected raw client."""
     store = _SlowCommits()
     store.start()
     bt = BrokerThread(store, dataclasses.replace(FAST, max_batch=1)).start()
     try:
         raw = Raw(bt.port)
         assert raw.connect().startswith(b"CONNECTED")
-        frames = _stop_while_storing(bt, raw, "/queue/rq", 5)
-        assert store.count("queue://rq") == 5
-        assert sum(f.startswith(b"RECEIPT") for f in frames) == 5
+        yield bt, store, raw
     finally:
         bt.close()
         store.stop()
 
 
-def test_stop_loses_no_message_of_an_auto_ack_consumer_on_a_closing_connection() -> None:
-    store = _SlowCommits()
-    store.start()
-    bt = BrokerThread(store, dataclasses.replace(FAST, max_batch=1)).start()
-    try:
-        raw = Raw(bt.port)
-        assert raw.connect().startswith(b"CONNECTED")
-        raw.send(b"SUBSCRIBE\ndestination:/queue/aq\nid:s\nack:auto\nreceipt:sub\n\n\x00")
-        assert raw.frame().startswith(b"RECEIPT")
-        frames = _stop_while_storing(bt, raw, "/queue/aq", 5)
-        received = sum(f.startswith(b"MESSAGE") for f in frames)
-        assert received + store.count("queue://aq") == 5
-    finally:
-        bt.close()
-        store.stop()
+def test_stop_writes_the_receipt_of_every_pipelined_send(
+    slow_broker: tuple[BrokerThread, MemoryStore, Raw],
+) -> None:
+    bt, store, raw = slow_broker
+    frames = _stop_while_storing(bt, raw, "/queue/rq", 5)
+    assert store.count("queue://rq") == 5
+    assert sum(f.startswith(b"RECEIPT") for f in frames) == 5
+
+
+def test_stop_loses_no_message_of_an_auto_ack_consumer_on_a_closing_connection(
+    slow_broker: tuple[BrokerThread, MemoryStore, Raw],
+) -> None:
+    bt, store, raw = slow_broker
+    raw.send(b"SUBSCRIBE\ndestination:/queue/aq\nid:s\nack:auto\nreceipt:sub\n\n\x00")
+    assert raw.frame().startswith(b"RECEIPT")
+    frames = _stop_while_storing(bt, raw, "/queue/aq", 5)
+    received = sum(f.startswith(b"MESSAGE") for f in frames)
+    assert received + store.count("queue://aq") == 5
 
 
 def test_a_client_that_does_not_read_its_receipts_is_held_back(memory_store: MemoryStore) -> None:

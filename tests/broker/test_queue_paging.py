@@ -11,7 +11,7 @@ import pytest
 
 from mqstore.store import Cursor, Store, StoredMessage
 from tests.broker.conftest import FAST
-from tests.broker.harness import BrokerThread, connect, wait_until
+from tests.broker.harness import BrokerThread, Collector, connect, wait_until
 
 P = {"persistent": "true"}
 
@@ -59,15 +59,21 @@ def test_paged_messages_do_not_hold_producers_back_once_consumed(memory_store: S
         bt.close()
 
 
+def _send(prod: Any, pcol: Collector, dest: str, bodies: list[str], priority: int) -> None:
+    """Persistent sends at ``priority``, each with a receipt, all of them waited for."""
+    before = len(pcol.receipts)
+    for body in bodies:
+        prod.send(dest, body, headers={**P, "priority": str(priority)}, receipt=f"{dest}-{body}")
+    assert pcol.wait(lambda: len(pcol.receipts) == before + len(bodies))
+
+
 def test_a_high_priority_message_beyond_a_full_window_is_delivered(
     prioritized_store: Store,
 ) -> None:
     bt = BrokerThread(prioritized_store, dataclasses.replace(FAST, memory_window=10)).start()
     try:
         prod, pcol = connect(bt.port)
-        for i in range(15):
-            prod.send("/queue/w", f"a{i}", headers={**P, "priority": "4"}, receipt=f"a{i}")
-        assert pcol.wait(lambda: len(pcol.receipts) == 15)
+        _send(prod, pcol, "/queue/w", [f"a{i}" for i in range(15)], priority=4)
         cons, col = connect(bt.port)
         cons.subscribe("/queue/w", id="s1", ack="auto")
         col.wait_messages(15)  # took a page: the queue has a cursor now
@@ -108,9 +114,7 @@ def test_a_high_priority_message_stored_during_a_page_read_is_delivered(
     bt = BrokerThread(prioritized_store, dataclasses.replace(FAST, memory_window=10)).start()
     try:
         prod, pcol = connect(bt.port)
-        for i in range(15):
-            prod.send("/queue/p", f"low{i}", headers={**P, "priority": "3"}, receipt=f"r{i}")
-        assert pcol.wait(lambda: len(pcol.receipts) == 15)
+        _send(prod, pcol, "/queue/p", [f"low{i}" for i in range(15)], priority=3)
         pages.slow = True
         cons, col = connect(bt.port)
         cons.subscribe("/queue/p", id="s", ack="auto")
