@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqstore import migrate
-from mqstore.errors import MqstoreError
+from mqstore.errors import ConfigError, MqstoreError
 from mqstore.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -36,9 +36,14 @@ db_app = typer.Typer(
 )
 journal_app = typer.Typer(help="Inspect and repair a local journal.", no_args_is_help=True)
 lock_app = typer.Typer(help="The master lock on ACTIVEMQ_LOCK.", no_args_is_help=True)
+history_app = typer.Typer(
+    help="The message history (MQSTORE_HISTORY): what became of each message.",
+    no_args_is_help=True,
+)
 app.add_typer(db_app, name="db")
 app.add_typer(journal_app, name="journal")
 app.add_typer(lock_app, name="lock")
+app.add_typer(history_app, name="history")
 
 DsnOpt = Annotated[
     str | None,
@@ -407,6 +412,64 @@ def journal_repair(
                 console.print("repaired")
         except JournalError as exc:
             raise MqstoreError(str(exc)) from None
+
+    _run(body)
+
+
+@history_app.command("trim")
+def history_trim(
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+    older_than_days: Annotated[
+        float | None,
+        typer.Option(
+            min=0, help="trim rows removed more than N days ago [MQSTORE_HISTORY_RETENTION_DAYS]"
+        ),
+    ] = None,
+    exported: Annotated[
+        Path | None,
+        typer.Option(help="trim only rows this `mqstore export --out` directory has archived"),
+    ] = None,
+    batch: Annotated[int, typer.Option(min=1, help="rows deleted per transaction")] = 10_000,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="count, delete nothing")] = False,
+) -> None:
+    """Delete old history rows, in short transactions (safe beside a running broker)."""
+
+    def body() -> None:
+        from rich.progress import Progress
+
+        from mqstore.app import open_database
+        from mqstore.archive import exported_history_bound
+        from mqstore.store.history import MAX_HIST_ID, TrimBound, count_trimmable, trim_history
+
+        settings = _settings(dsn, table_prefix, data_dir, history_retention_days=older_than_days)
+        days = settings.history_retention_days
+        if days <= 0 and exported is None:
+            raise ConfigError(
+                "say which history rows to trim: --older-than-days N, --exported DIR "
+                "(rows a Spark export has archived), or both"
+            )
+        bound = TrimBound(before_ms=2**63 - 1, upto_hist_id=MAX_HIST_ID)
+        if days > 0:
+            bound = bound.narrowed(TrimBound.older_than(days))
+        if exported is not None:
+            bound = bound.narrowed(exported_history_bound(exported, settings.table_prefix))
+        with open_database(settings) as database:
+            total = count_trimmable(database.engine, settings.table_prefix, bound)
+            if dry_run:
+                console.print(f"would delete {total} history row(s)")
+                return
+            with Progress(console=err_console, transient=True) as bar:
+                task = bar.add_task("trimming history", total=total)
+                n = trim_history(
+                    database.engine,
+                    settings.table_prefix,
+                    bound,
+                    batch=batch,
+                    progress=lambda rows: bar.advance(task, rows),
+                )
+        console.print(f"deleted {n} history row(s)")
 
     _run(body)
 

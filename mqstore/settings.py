@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     expiry_batch: int = Field(default=1000, gt=0)
     max_message_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
 
+    history: bool = Field(default=True, description="record each removal in MQSTORE_HISTORY")
+    history_bodies: bool = Field(default=False, description="keep the MSG bytes in history")
+    history_retention_days: float = Field(
+        default=0.0, ge=0, description="trim older history rows at each cleanup; 0 keeps all"
+    )
+
     metrics_port: int | None = Field(default=None, description="Prometheus /metrics port")
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto", description="broker event loop; auto: uvloop when installed"

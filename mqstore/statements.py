@@ -56,6 +56,11 @@ class Statements:
     last_sequence: TextClause
     #: Every destination with messages or subscriptions.
     destinations: TextClause
+    #: Delete up to :limit history rows removed before :before with hist_id <= :upto,
+    #: skipping rows another trim holds; returns the count.
+    trim_history: TextClause
+    #: How many history rows ``trim_history`` would delete in all (ignores :limit).
+    count_trimmable_history: TextClause
 
 
 class Rows(IntEnum):
@@ -197,6 +202,7 @@ def statements_for(prefix: str = "") -> Statements:
     schema = build_schema(prefix)
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
     removal = f"WITH {', '.join(_removal_ctes(m, ''))} "
+    trimmable = "removed_at < :before AND hist_id <= :upto"
     expired = (
         f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
         f"FROM {m} WHERE expiration > 0 AND expiration < :now AND xid IS NULL "
@@ -264,4 +270,10 @@ def statements_for(prefix: str = "") -> Statements:
             f"SELECT DISTINCT container FROM {m} UNION SELECT DISTINCT container FROM {a} "
             "WHERE priority < 11"
         ),
+        trim_history=sa.text(
+            f"WITH t AS (SELECT hist_id FROM {h} WHERE {trimmable} LIMIT :limit "
+            f"FOR UPDATE SKIP LOCKED), d AS (DELETE FROM {h} h USING t "
+            "WHERE h.hist_id = t.hist_id RETURNING 1) SELECT count(*) FROM d"
+        ),
+        count_trimmable_history=sa.text(f"SELECT count(*) FROM {h} WHERE {trimmable}"),
     )

@@ -25,6 +25,7 @@ from mqstore.errors import (
 from mqstore.lock import Locker, NoLocker
 from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
 from mqstore.store.commit_connections import CommitConnections
+from mqstore.store.history import TrimBound, trim_history
 from mqstore.store.model import (
     FIRST,
     NO_BOUND,
@@ -70,6 +71,7 @@ class PostgresStore:
         prioritized: bool = False,
         history: bool = True,
         history_bodies: bool = False,
+        history_retention_days: float = 0.0,
         max_message_bytes: int = 100 * 1024 * 1024,
         cleanup_interval_s: float = 60.0,
         cleanup_batch: int = 1000,
@@ -82,6 +84,7 @@ class PostgresStore:
         self.locker: Locker = locker or NoLocker()
         self._prioritized = prioritized
         self.history, self.history_bodies = history, history_bodies
+        self.history_retention_days = history_retention_days
         self.max_message_bytes = max_message_bytes
         self.cleanup_interval_s, self.cleanup_batch = cleanup_interval_s, cleanup_batch
         self.on_lock_lost = on_lock_lost
@@ -162,6 +165,25 @@ class PostgresStore:
                 self.cleanup()
         except Exception:  # keep the timer alive; the next run retries
             log.exception("topic cleanup failed")
+        try:
+            if self.history_retention_days > 0 and self.locker.is_held():
+                self.trim_old_history()
+        except Exception:
+            log.exception("history trim failed")
+
+    def trim_old_history(self) -> int:
+        """Delete history rows older than ``history_retention_days``; returns how many."""
+        bound = TrimBound.older_than(self.history_retention_days)
+        trimmed = trim_history(
+            self.engine, self.prefix, bound, batch=self.cleanup_batch, stop=self._stopping
+        )
+        if trimmed:
+            log.info(
+                "trimmed %d history row(s) older than %g day(s)",
+                trimmed,
+                self.history_retention_days,
+            )
+        return trimmed
 
     # ------------------------------------------------------------------ plumbing
     def check_writable(self) -> None:
