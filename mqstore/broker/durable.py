@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mqstore.broker.by_priority import IdsByPriority
 from mqstore.broker.messages import BrokerMessage
 from mqstore.broker.paging import LeftToPage
 from mqstore.broker.subscriptions import Consumer, Delivery
@@ -40,7 +41,8 @@ class DurableSub:
         self.cursor: Cursor | None = None
         self.exhausted = False
         self.unacked: dict[int, int] = {}  # id -> PRIORITY column
-        self.acked_pending: dict[int, int] = {}
+        self.waiting = IdsByPriority()  # stored, pending or unacked: LAST_ACKED_ID stays below
+        self.acked_pending = IdsByPriority()  # acked, LAST_ACKED_ID not yet past them
         self.base_acked = last_acked
         self.last_acked: dict[int, int] = {}
         self.backlog = backlog
@@ -76,6 +78,7 @@ class DurableSub:
         self.pending.clear()
         self.tracked = set(self.acked_pending)
         self.unacked.clear()
+        self.waiting.clear()
         self.cursor = None
         self.exhausted = False
         self._left.earliest = None
@@ -91,6 +94,7 @@ class DurableSub:
             self.consumer = None
             self.pending.clear()
             self.unacked.clear()
+            self.waiting.clear()
         self.topic.broker.metrics_changed()
 
     # -- arrivals ---------------------------------------------------------------------------
@@ -109,17 +113,22 @@ class DurableSub:
                 self.exhausted = False
                 self._left.skip(msg)
                 return
-            self.tracked.add(msg.store_id)
-            self.pending.append(msg)
+            self._take(msg)
         elif self.cursor is not None and (-msg.store_priority, msg.store_id) < (
             -self.cursor.priority,
             self.cursor.id,
         ):
-            self.tracked.add(msg.store_id)
-            self.pending.append(msg)
+            self._take(msg)
         else:
             self._left.skip(msg)
         self.kick()
+
+    def _take(self, msg: BrokerMessage) -> None:
+        """A stored message enters the in-memory window, to be delivered."""
+        assert msg.store_id is not None
+        self.tracked.add(msg.store_id)
+        self.waiting.add(msg.store_id, msg.store_priority)
+        self.pending.append(msg)
 
     # -- dispatch ---------------------------------------------------------------------------
     def kick(self) -> None:
@@ -140,6 +149,7 @@ class DurableSub:
             msg = self.pending.popleft()
             if msg.store_id is not None:
                 self.unacked[msg.store_id] = msg.store_priority
+                self.waiting.add(msg.store_id, msg.store_priority)
                 self.delivered.add(msg.store_id)
             if msg.expired(now):
                 expired.append(msg)
@@ -170,11 +180,10 @@ class DurableSub:
                 self.cursor = row.cursor
                 if row.id in self.tracked or row.id <= self.acked_upto(row.priority):
                     continue
-                self.tracked.add(row.id)
                 msg = BrokerMessage.from_row(row, 0)
                 if row.id in self.delivered:
                     msg.ow = msg.ow.replace(redelivery_counter=msg.ow.redelivery_counter + 1)
-                self.pending.append(msg)
+                self._take(msg)
             self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read
             if session == self._session and len(rows) < limit and self._left.count == skipped:
                 self.exhausted = True
@@ -194,27 +203,22 @@ class DurableSub:
         for m in stored:
             assert m.store_id is not None
             self.unacked.pop(m.store_id, None)
-            self.acked_pending[m.store_id] = m.store_priority
+            self.waiting.discard(m.store_id)
+            self.acked_pending.add(m.store_id, m.store_priority)
             self.delivered.discard(m.store_id)
         op = Op()
-        waiting = [
-            *self.unacked.items(),
-            *((m.store_id, m.store_priority) for m in self.pending if m.store_id is not None),
-        ]
-        for prio in sorted(set(self.acked_pending.values())):
-            low = min((i for i, p in waiting if p == prio), default=None)
-            done = [
-                i
-                for i, p in self.acked_pending.items()
-                if p == prio and (low is None or i < low) and self._read(prio, i)
-            ]
-            if not done:
-                continue
-            mark = max(done)
-            for i in done:
-                del self.acked_pending[i]
+        for prio in self.acked_pending.priorities():
+            # The acked ids below the lowest waiting one that this session has read: a
+            # prefix of the acked ids in order, since both conditions are.
+            low = self.waiting.lowest(prio)
+            mark = None
+            while (i := self.acked_pending.lowest(prio)) is not None:
+                if (low is not None and i >= low) or not self._read(prio, i):
+                    break
+                mark = i
+                self.acked_pending.discard(i)
                 self.tracked.discard(i)
-            if mark > self.acked_upto(prio):
+            if mark is not None and mark > self.acked_upto(prio):
                 self.last_acked[prio] = mark
                 op.acks.append(Ack(self.key, mark, prio))
 
