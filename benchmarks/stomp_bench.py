@@ -6,6 +6,7 @@ Workloads (persistent 1 KiB messages, a fresh queue per run):
   c  one consumer draining a pre-filled queue with client-individual ACKs
   d  one producer (as in a) and one consumer (as in c) at once
   e  8 producers and 8 consumers at once
+  f  one durable topic subscriber draining a backlog with client-individual ACKs
 
 Each mode runs ``mqstore serve`` as a child process on a fresh scratch database (created
 on the server of ``--dsn``, dropped afterwards); the clients run here, over loopback.
@@ -53,9 +54,11 @@ class Client:
         self._task: asyncio.Task[None] | None = None
         self._n = 0
 
-    async def open(self, port: int) -> Client:
+    async def open(self, port: int, client_id: str | None = None) -> Client:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port)
-        self.writer.write(b"CONNECT\naccept-version:1.2\nhost:bench\nheart-beat:0,0\n\n\x00")
+        named = f"client-id:{client_id}\n" if client_id else ""
+        connect = f"CONNECT\naccept-version:1.2\nhost:bench\nheart-beat:0,0\n{named}\n\x00"
+        self.writer.write(connect.encode())
         head, _ = await self._frame()
         assert head.startswith("CONNECTED"), head
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -133,9 +136,10 @@ async def produce(port: int, dest: str, n: int, tx: int = 0) -> None:
     await c.close()
 
 
-async def consume(port: int, dest: str, n: int) -> None:
-    c = await Client().open(port)
-    c.frame("SUBSCRIBE", {"destination": dest, "id": "1", "ack": "client-individual"})
+async def consume(port: int, dest: str, n: int, durable: str | None = None) -> None:
+    c = await Client().open(port, durable)
+    named = {"activemq.subscriptionName": durable} if durable else {}
+    c.frame("SUBSCRIBE", {"destination": dest, "id": "1", "ack": "client-individual", **named})
     for i in range(n):
         headers = await c.messages.get()
         if i == n - 1:
@@ -156,6 +160,14 @@ async def run_workload(name: str, port: int, n: int, queue: str) -> float:
         return await timed(lambda: consume(port, dest, n))
     if name == "d":
         return await timed(lambda: gather(produce(port, dest, n), consume(port, dest, n)))
+    if name == "f":
+        topic = f"/topic/{queue}"
+        c = await Client().open(port, queue)
+        named = {"activemq.subscriptionName": queue}
+        await c.request("SUBSCRIBE", {"destination": topic, "id": "1", **named})
+        await c.close()
+        await produce(port, topic, n, tx=500)
+        return await timed(lambda: consume(port, topic, n, durable=queue))
     per = n // 8
     jobs = [produce(port, dest, per) for _ in range(8)]
     jobs += [consume(port, dest, per) for _ in range(8)]
@@ -178,6 +190,7 @@ WORKLOADS = {
     "c": "c  drain, client-individual acks",
     "d": "d  1 producer + 1 consumer",
     "e": "e  8 producers + 8 consumers",
+    "f": "f  durable topic drain, individual acks",
 }
 
 

@@ -1,4 +1,4 @@
-"""Workloads (a)-(e) driven by stomp.py clients, one thread per client, as users run them.
+"""Workloads (a)-(f) driven by stomp.py clients, one thread per client, as users run them.
 
 The asyncio client in stomp_bench.py pipelines frames with little overhead of its own; these
 use stomp.py 1.2 connections exactly as an application would, so client cost is included.
@@ -43,11 +43,11 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
             self.receipts.discard(rid)
 
 
-def _connect(port: int) -> tuple[stomp.Connection12, _Listener]:
+def _connect(port: int, client_id: str | None = None) -> tuple[stomp.Connection12, _Listener]:
     conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0), auto_decode=False)
     listener = _Listener()
     conn.set_listener("l", listener)
-    conn.connect(wait=True)
+    conn.connect(wait=True, headers={"client-id": client_id} if client_id else {})
     return conn, listener
 
 
@@ -68,8 +68,9 @@ def produce(port: int, dest: str, n: int, tx: int = 0) -> None:
     conn.disconnect()
 
 
-def consume(port: int, dest: str, n: int) -> None:
-    conn, lst = _connect(port)
+def consume(port: int, dest: str, n: int, durable: str | None = None) -> None:
+    """Receive ``n`` messages, acking each; ``durable``: as that durable subscription."""
+    conn, lst = _connect(port, durable)
     done = threading.Event()
     count = 0
 
@@ -83,7 +84,8 @@ def consume(port: int, dest: str, n: int) -> None:
             done.set()
 
     lst.on_msg = on_msg
-    conn.subscribe(dest, id="1", ack="client-individual")
+    named = {"activemq.subscriptionName": durable} if durable else {}
+    conn.subscribe(dest, id="1", ack="client-individual", headers=named)
     if not done.wait(600):
         raise TimeoutError(f"consumer got {count} of {n}")
     conn.disconnect(receipt="bye")
@@ -107,10 +109,22 @@ def _threads(jobs: list[tuple[Any, tuple[Any, ...]]]) -> None:
         raise errors[0]
 
 
+def subscribe_durable(port: int, topic: str, name: str) -> None:
+    """Create the durable subscription ``name`` on ``topic`` and go away."""
+    conn, _ = _connect(port, name)
+    conn.subscribe(topic, id="1", ack="client-individual",
+                   headers={"activemq.subscriptionName": name})  # fmt: skip
+    conn.disconnect(receipt="bye")
+
+
 def run_workload(name: str, port: int, n: int, queue: str) -> float:
-    """Seconds the workload took (the pre-fill of (c) is not timed)."""
+    """Seconds the workload took (the pre-fill of (c) and (f) is not timed)."""
     dest = f"/queue/{queue}"
     if name == "c":
+        produce(port, dest, n, tx=500)
+    if name == "f":
+        dest = f"/topic/{queue}"
+        subscribe_durable(port, dest, queue)
         produce(port, dest, n, tx=500)
     start = time.perf_counter()
     if name == "a":
@@ -121,6 +135,8 @@ def run_workload(name: str, port: int, n: int, queue: str) -> float:
         consume(port, dest, n)
     elif name == "d":
         _threads([(produce, (port, dest, n)), (consume, (port, dest, n))])
+    elif name == "f":
+        consume(port, dest, n, durable=queue)
     else:
         per = n // 8
         _threads([(produce, (port, dest, per)) for _ in range(8)]
