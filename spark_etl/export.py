@@ -7,6 +7,11 @@ Layout under ``out_dir``::
     _snapshots/<run>/                          ids stored at the last run (current messages)
     _watermarks.json                           what has been exported; written last
 
+Rows carry the full CONTAINER in ``container``; the ``destination`` partition value is the
+CONTAINER, or for a name too long for a directory a shortened one (:mod:`.layout`). Read
+the datasets with :func:`read_dataset`: it also fills ``container`` for files written
+before format 2, whose partition value is always the full name.
+
 A run writes everything into ``_staging/<run>/``, moves the files into place (their names
 carry the run id), writes ``_watermarks.json`` atomically, then cleans up. A run that dies
 before the watermarks are written is undone by the next run, so re-running after a crash,
@@ -25,17 +30,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
+from pyspark.sql.types import StringType
 
 from .decode import with_decoded
 from .history import DEFAULT_WINDOW, HISTORY_COLUMNS, derive_removals, fetch_late_rows, read_history
+from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
 from .sources import JdbcSource, jdbc_source, read_msg_index, read_msgs, table_exists
 
 WATERMARKS = "_watermarks.json"
 STAGING = "_staging"
 SNAPSHOTS = "_snapshots"
-FORMAT_VERSION = 1
+#: 2: rows carry ``container``, long names get a shortened ``destination`` (1: neither).
+FORMAT_VERSION = 2
 #: Steps reported to a progress callback, in order.
 STEPS = (
     "recover",
@@ -49,6 +57,9 @@ Progress = Callable[[str], None]
 #: Parquet writer options: no dictionary encoding for the big, mostly unique MSG and text
 #: values (hashing each into a dictionary that overflows anyway costs ~10% of the write).
 _NO_DICTIONARY = {f"parquet.enable.dictionary#{col}": "false" for col in ("msg", "text")}
+#: Java regex matching one character that Spark escapes in a partition directory name.
+_ESCAPED_CLASS = "[" + "".join(f"\\u{ord(ch):04x}" for ch in sorted(ESCAPED)) + "]"
+_shorten = sf.udf(partition_value, StringType(), useArrow=True)
 
 
 @dataclass
@@ -115,23 +126,51 @@ def recover(out_dir: Path, marks: dict[str, Any]) -> list[str]:
     return undone
 
 
+def _escaped_size(name: Column) -> Column:
+    """:func:`.layout.escaped_size` as a native expression (every escaped character is ASCII)."""
+    escaped = sf.char_length(name) - sf.char_length(sf.regexp_replace(name, _ESCAPED_CLASS, ""))
+    return sf.octet_length(name) + 2 * escaped
+
+
+def destination_column(container: Column) -> Column:
+    """:func:`.layout.partition_value` of ``container``: native for names that fit; only
+    the others reach the Python UDF (which Spark calls for every row, even in a CASE)."""
+    may_not_fit = sf.octet_length(container) * 3 > MAX_VALUE_BYTES  # escaping at most triples
+    too_long = sf.when(may_not_fit & (_escaped_size(container) > MAX_VALUE_BYTES), container)
+    return sf.coalesce(_shorten(too_long), container)
+
+
+def _partitioned(rows: DataFrame, day: Column) -> DataFrame:
+    """``rows`` (with ``container``) plus the ``destination`` and ``date`` partition columns."""
+    return rows.withColumn(PARTITION_COLUMN, destination_column(sf.col("container"))).withColumn(
+        "date", sf.to_date(day)
+    )
+
+
 def message_rows(msgs: DataFrame, keep_msg: bool = True) -> DataFrame:
     """Decoded message rows with the ``destination``/``date`` partition columns (pure)."""
     decoded = with_decoded(msgs, keep_msg=keep_msg)
-    return decoded.withColumnRenamed("container", "destination").withColumn(
-        "date", sf.to_date(sf.timestamp_millis(sf.nullif(sf.col("timestamp"), sf.lit(0))))
-    )
+    return _partitioned(decoded, sf.timestamp_millis(sf.nullif(sf.col("timestamp"), sf.lit(0))))
 
 
 def history_rows(history: DataFrame, keep_msg: bool = True) -> DataFrame:
     """History rows with the ``destination``/``date`` partition columns (pure); without
     ``keep_msg`` the raw ``MSG`` bytes are left out."""
     columns = [c for c in HISTORY_COLUMNS if keep_msg or c != "msg"]
-    return (
-        history.select(*columns)
-        .withColumnRenamed("container", "destination")
-        .withColumn("date", sf.to_date(sf.timestamp_millis(sf.col("removed_at"))))
-    )
+    return _partitioned(history.select(*columns), sf.timestamp_millis(sf.col("removed_at")))
+
+
+def read_dataset(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame:
+    """An exported dataset (``messages`` or ``history``) with the full name in ``container``.
+
+    Files of format 1 have no ``container`` (their ``destination`` is the full name): the
+    schemas are merged and ``container`` falls back to ``destination``.
+    """
+    df = spark.read.option("mergeSchema", "true").parquet(str(path))
+    full = sf.col(PARTITION_COLUMN)
+    if "container" in df.columns:
+        full = sf.coalesce(sf.col("container"), full)
+    return df.withColumn("container", full)
 
 
 def _move_tagged(src_root: Path, dst_root: Path, run_id: str) -> None:
@@ -147,8 +186,8 @@ def _move_tagged(src_root: Path, dst_root: Path, run_id: str) -> None:
 def _counts(spark: SparkSession, path: Path) -> dict[str, int]:
     if not any(path.rglob("*.parquet")):
         return {}
-    rows = spark.read.parquet(str(path)).groupBy("destination").count().collect()
-    return {str(r["destination"]): int(r["count"]) for r in rows}
+    rows = read_dataset(spark, path).groupBy("container").count().collect()
+    return {str(r["container"]): int(r["count"]) for r in rows}
 
 
 def _new_messages(
@@ -202,7 +241,8 @@ def export(
     """Export new messages and history from the store at ``dsn`` into ``out_dir``.
 
     ``keep_msg`` keeps the raw ``MSG`` bytes next to the decoded columns. ``progress``
-    is called with each name of :data:`STEPS` as it starts. Returns rows per destination.
+    is called with each name of :data:`STEPS` as it starts. Returns rows per destination
+    (full CONTAINER names).
     """
     started = time.monotonic()
     step = progress or (lambda _name: None)
@@ -280,16 +320,18 @@ def current_messages(spark: SparkSession, out_dir: str | os.PathLike[str]) -> Da
     out = Path(out_dir)
     marks = load_watermarks(out)
     snap = spark.read.parquet(str(out / SNAPSHOTS / marks["snapshot"])).select("id")
-    return spark.read.parquet(str(out / "messages")).join(snap, "id", "left_semi")
+    return read_dataset(spark, out / "messages").join(snap, "id", "left_semi")
 
 
 __all__ = [
     "STEPS",
     "ExportResult",
     "current_messages",
+    "destination_column",
     "export",
     "history_rows",
     "load_watermarks",
     "message_rows",
+    "read_dataset",
     "recover",
 ]

@@ -94,7 +94,7 @@ def test_fixture_export_decodes_every_row_and_rerun_changes_nothing(
     for row_id, dest, jms_id, kind, prio, exp, corr, typ, props, text, content in FIXTURE_ROWS:
         row = got[row_id]
         assert row["decode_error"] is None
-        assert row["destination"] == dest
+        assert row["destination"] == row["container"] == dest
         assert row["jms_message_id"] == jms_id
         assert row["msgid_prod"] + ":" + str(row["msgid_seq"]) == jms_id
         assert row["kind"] == kind
