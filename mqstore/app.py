@@ -9,11 +9,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
 from mqstore import db
 from mqstore.broker import Broker, BrokerConfig, eventloop
+from mqstore.broker.config import RedeliveryPolicy
+from mqstore.broker.frames import Limits
 from mqstore.embedded import EmbeddedPostgres
 from mqstore.errors import ConfigError
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
@@ -112,8 +115,64 @@ def build_store(settings: Settings, engine: Engine, locker: Locker | None = None
     )
 
 
+#: Room for a SEND frame's command and headers beyond the largest message body.
+FRAME_HEADROOM = 1024 * 1024
+
+
+def broker_config(settings: Settings) -> BrokerConfig:
+    """The STOMP broker's configuration from the settings."""
+    return BrokerConfig(
+        broker_name=settings.broker_name,
+        users=read_users(settings.users_file) if settings.users_file is not None else None,
+        queue_prefetch=settings.queue_prefetch,
+        topic_prefetch=settings.topic_prefetch,
+        durable_topic_prefetch=settings.durable_topic_prefetch,
+        redelivery=RedeliveryPolicy(
+            maximum_redeliveries=settings.max_redeliveries,
+            initial_redelivery_delay=settings.redelivery_delay_ms,
+            redelivery_delay=settings.redelivery_delay_ms,
+        ),
+        dlq_name=settings.dlq_name,
+        individual_dlq=settings.individual_dlq,
+        limits=Limits(max_frame_size=settings.max_message_bytes + FRAME_HEADROOM),
+        heartbeat_ms=(settings.heartbeat_ms, settings.heartbeat_ms),
+        metrics_port=settings.metrics_port,
+        store_usage_limit=settings.store_usage_mb * 1024 * 1024,
+        cleanup_interval=settings.cleanup_interval_s,
+        expiry_batch=settings.expiry_batch,
+    )
+
+
+def read_users(path: Path) -> dict[str, str]:
+    """STOMP logins from ``login=passcode`` lines (``#`` and ``!`` start comments), as in
+    ActiveMQ's ``users.properties``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the users file {path}: {exc.strerror or exc}; "
+            "give MQSTORE_USERS_FILE a readable file of login=passcode lines"
+        ) from None
+    users: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        login, sep, passcode = line.partition("=")
+        if not sep or not login.strip():
+            raise ConfigError(f"{path}:{number}: expected login=passcode, got {line!r}")
+        users[login.strip()] = passcode.strip()
+    if not users:
+        raise ConfigError(
+            f"the users file {path} holds no login: every client would be refused; "
+            "add login=passcode lines, or unset MQSTORE_USERS_FILE"
+        )
+    return users
+
+
 def serve(settings: Settings, host: str, port: int) -> None:
     """Run the STOMP broker on the store until SIGTERM/SIGINT, then shut down gracefully."""
+    config = broker_config(settings)  # bad settings fail before the database starts
     with open_database(settings) as database:
         if database.embedded is not None:
             from mqstore import migrate
@@ -134,13 +193,6 @@ def serve(settings: Settings, host: str, port: int) -> None:
                 return
             raise
         try:
-            config = BrokerConfig(
-                broker_name=settings.broker_name,
-                metrics_port=settings.metrics_port,
-                store_usage_limit=settings.store_usage_mb * 1024 * 1024,
-                cleanup_interval=settings.cleanup_interval_s,
-                expiry_batch=settings.expiry_batch,
-            )
             eventloop.run(_run_broker(Broker(store, config), host, port, stop), settings.event_loop)
         finally:
             store.stop()

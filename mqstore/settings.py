@@ -53,7 +53,26 @@ class Settings(BaseSettings):
         default=0.0, ge=0, description="trim older history rows at each cleanup; 0 keeps all"
     )
 
-    metrics_port: int | None = Field(default=None, description="Prometheus /metrics port")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Prometheus /metrics port"
+    )
+    users_file: Path | None = Field(
+        default=None,
+        description="STOMP logins, one login=passcode per line (ActiveMQ's users.properties); "
+        "unset: no authentication",
+    )
+    queue_prefetch: int = Field(default=1000, gt=0)
+    topic_prefetch: int = Field(default=32766, gt=0)
+    durable_topic_prefetch: int = Field(default=100, gt=0)
+    max_redeliveries: int = Field(
+        default=6, ge=-1, description="then the dead-letter queue; -1: redeliver forever"
+    )
+    redelivery_delay_ms: int = Field(default=1000, ge=0)
+    dlq_name: str = Field(default="ActiveMQ.DLQ", min_length=1)
+    individual_dlq: bool = Field(
+        default=False, description="a DLQ per destination (ActiveMQ.DLQ.Queue.NAME)"
+    )
+    heartbeat_ms: int = Field(default=10_000, ge=0, description="STOMP heart-beat offered")
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto", description="broker event loop; auto: uvloop when installed"
     )
@@ -75,6 +94,13 @@ class Settings(BaseSettings):
                 "(at most 31 characters), e.g. BRK1_"
             )
         return value
+
+    @field_validator("journal_sync")
+    @classmethod
+    def _check_sync(cls, value: str) -> str:
+        from journal.writer import SyncPolicy
+
+        return str(SyncPolicy.parse(value))
 
     @model_validator(mode="after")
     def _check_lease(self) -> Settings:

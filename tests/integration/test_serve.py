@@ -77,8 +77,8 @@ def test_metrics_sigterm_and_lease_release(dsn: str, engine: Engine, tmp_path: P
     assert "passcode" not in log.read_text()
 
 
-def test_serve_hands_the_cleanup_and_expiry_settings_to_the_broker(
-    empty_engine: Engine, empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+def test_serve_hands_the_broker_settings_to_the_broker(
+    empty_engine: Engine, empty_dsn: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     migrate.upgrade(empty_engine)
     configs: list[BrokerConfig] = []
@@ -93,8 +93,27 @@ def test_serve_hands_the_cleanup_and_expiry_settings_to_the_broker(
 
     monkeypatch.setattr(app, "Broker", Recording)
     monkeypatch.setattr(app.eventloop, "run", no_loop)
-    monkeypatch.setenv("MQSTORE_CLEANUP_INTERVAL_S", "0")
-    monkeypatch.setenv("MQSTORE_EXPIRY_BATCH", "7")
+    users = tmp_path / "users.properties"
+    users.write_text("# logins\napp = s3cret\nops=pw=with=equals\n")
+    env = {
+        "MQSTORE_CLEANUP_INTERVAL_S": "0",
+        "MQSTORE_EXPIRY_BATCH": "7",
+        "MQSTORE_MAX_MESSAGE_BYTES": str(20 * 1024 * 1024),
+        "MQSTORE_USERS_FILE": str(users),
+        "MQSTORE_QUEUE_PREFETCH": "10",
+        "MQSTORE_MAX_REDELIVERIES": "2",
+        "MQSTORE_REDELIVERY_DELAY_MS": "50",
+        "MQSTORE_INDIVIDUAL_DLQ": "true",
+        "MQSTORE_HEARTBEAT_MS": "0",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     app.serve(load_settings(dsn=empty_dsn, journal=False, lock="none"), "127.0.0.1", 0)
     [config] = configs
     assert config.cleanup_interval == 0 and config.expiry_batch == 7
+    assert config.limits.max_frame_size > 20 * 1024 * 1024  # a 20 MiB message fits a frame
+    assert config.users == {"app": "s3cret", "ops": "pw=with=equals"}
+    assert config.queue_prefetch == 10 and config.heartbeat_ms == (0, 0)
+    assert config.redelivery.maximum_redeliveries == 2
+    assert config.redelivery.delay(1) == config.redelivery.delay(2) == 50
+    assert config.dlq_for("queue://orders") == "queue://ActiveMQ.DLQ.Queue.orders"
