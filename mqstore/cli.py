@@ -23,6 +23,8 @@ from mqstore.errors import ConfigError, MqstoreError
 from mqstore.settings import Settings, load_settings
 
 T = TypeVar("T")
+_UNDEFINED_TABLE = "42P01"
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -62,12 +64,24 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 
 
 def _run(fn: Callable[[], T]) -> T:
-    """Run a command body; mqstore errors become one line on stderr and exit code 2."""
+    """Run a command body; errors a user can cause become one line on stderr, exit code 2."""
     try:
         return fn()
     except MqstoreError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        message = str(exc)
+    except sa.exc.ProgrammingError as exc:
+        if getattr(exc.orig, "sqlstate", None) != _UNDEFINED_TABLE:
+            raise
+        first = str(exc.orig).splitlines()[0]
+        message = (
+            f"{first}: this database has no mqstore tables for this --table-prefix; run "
+            "`mqstore db upgrade` (or `mqstore db adopt` for ActiveMQ's), or give the prefix"
+        )
+    except OSError as exc:  # a port in use, a directory that cannot be made, ...
+        where = f": {exc.filename}" if exc.filename else ""
+        message = f"{exc.strerror or exc}{where}"
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2) from None
 
 
 def _settings(dsn: str | None, prefix: str | None, data_dir: Path | None, **more: Any) -> Settings:
@@ -117,18 +131,48 @@ def db_downgrade(
     dsn: DsnOpt = None,
     table_prefix: PrefixOpt = None,
     data_dir: DataDirOpt = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="confirm: a downgrade drops tables and their rows")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="even while a broker holds the master lease")
+    ] = False,
 ) -> None:
     """Migrate down to REVISION (`base` drops the tables and every message in them)."""
 
     def body() -> None:
         from mqstore.app import open_database
 
+        if not yes:
+            raise ConfigError(
+                f"downgrading to {revision} drops tables and every row in them "
+                "(`base`: all messages): pass --yes to go ahead"
+            )
         settings = _settings(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
+            if not force:
+                _refuse_under_live_master(database.engine, settings.table_prefix)
             migrate.downgrade(database.engine, settings.table_prefix, revision)
         console.print(f"database downgraded to {revision}")
 
     _run(body)
+
+
+def _refuse_under_live_master(engine: sa.Engine, prefix: str) -> None:
+    """Raise unless no broker holds the lease on this database's lock row."""
+    from mqstore.lock import read_lock
+    from mqstore.schema import build_schema
+
+    schema = build_schema(prefix)
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table(schema.lock.name):
+            return
+        status = read_lock(conn, schema)
+    if status.live():
+        raise MqstoreError(
+            f"{schema.lock.name} is {status.describe()}: stop that broker first "
+            "(or pass --force if it is gone and its lease is stale)"
+        )
 
 
 @db_app.command("check")
@@ -199,13 +243,21 @@ def serve(
     metrics_port: Annotated[
         int | None, typer.Option(help="serve Prometheus /metrics on this port")
     ] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    users_file: Annotated[
+        Path | None,
+        typer.Option(help="STOMP logins, login=passcode lines [MQSTORE_USERS_FILE]"),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
     """Run the STOMP broker on the store (embedded PostgreSQL when no DSN is given)."""
 
     def body() -> None:
         from mqstore.app import serve as run_serve
 
+        if log_level.upper() not in _LOG_LEVELS:
+            raise typer.BadParameter(
+                f"--log-level must be one of {', '.join(_LOG_LEVELS)}, got {log_level!r}"
+            )
         logging.basicConfig(
             level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
@@ -218,24 +270,44 @@ def serve(
             lock=lock,
             journal=False if no_journal else None,
             metrics_port=metrics_port,
+            users_file=users_file,
         )
         host, _, port = stomp.rpartition(":")
-        if not host or not port.isdigit():
-            raise typer.BadParameter(f"--stomp must be HOST:PORT, got {stomp!r}")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise typer.BadParameter(
+                f"--stomp must be HOST:PORT with a port from 0 to 65535, got {stomp!r}"
+            )
         run_serve(settings, host, int(port))
 
     _run(body)
 
 
+def _container(destination: str) -> str:
+    """The CONTAINER a user means: ``queue://X``, ``topic://X``, ``/queue/X``, ``/topic/X``
+    or ``X`` (a queue)."""
+    for kind in ("queue", "topic"):
+        if destination.startswith(f"/{kind}/"):
+            return f"{kind}://{destination[len(kind) + 2 :]}"
+    if "://" not in destination:
+        return f"queue://{destination}"
+    if not destination.startswith(("queue://", "topic://")):
+        raise ConfigError(
+            f"{destination!r} is not a destination: use queue://NAME, topic://NAME, "
+            "/queue/NAME, /topic/NAME or NAME"
+        )
+    return destination
+
+
 @app.command("browse")
 def browse(
     destination: Annotated[
-        str, typer.Argument(help="queue://NAME, topic://NAME or NAME (a queue)")
+        str,
+        typer.Argument(help="queue://NAME, topic://NAME, /queue/NAME, /topic/NAME or NAME"),
     ],
     dsn: DsnOpt = None,
     table_prefix: PrefixOpt = None,
     data_dir: DataDirOpt = None,
-    limit: Annotated[int, typer.Option(help="at most this many messages")] = 100,
+    limit: Annotated[int, typer.Option(min=1, help="at most this many messages")] = 100,
     as_json: JsonOpt = False,
 ) -> None:
     """List a destination's stored messages, decoded, in delivery order."""
@@ -246,10 +318,15 @@ def browse(
         from mqstore.store import PostgresStore
 
         settings = _settings(dsn, table_prefix, data_dir)
-        container = destination if "://" in destination else f"queue://{destination}"
+        container = _container(destination)
         with open_database(settings) as database:
             store = PostgresStore(database.engine, prefix=settings.table_prefix)
             views = [describe(row) for row in store.page(container, None, limit)]
+            if not views and container not in store.destinations():
+                err_console.print(
+                    f"nothing is stored under {container} (`mqstore stats` lists what is)",
+                    highlight=False,
+                )
         if as_json:
             print(json.dumps(views, indent=2, ensure_ascii=False))
             return

@@ -38,6 +38,11 @@ class LockStatus:
     broker_name: str | None
     time: int | None
 
+    def live(self, now_ms: int | None = None) -> bool:
+        """Whether a broker holds the lease now."""
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        return self.broker_name is not None and self.time is not None and self.time >= now_ms
+
     def describe(self, now_ms: int | None = None) -> str:
         """A sentence for logs and the CLI."""
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)

@@ -3,6 +3,8 @@ database whose tables a real ActiveMQ broker created."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
 
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
@@ -66,13 +69,39 @@ def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
                 f"table {schema.msgs.name} exists but mqstore never migrated this database "
                 f"(prefix {prefix!r}): it was made by ActiveMQ; run `mqstore db adopt` first"
             )
-        command.upgrade(alembic_config(prefix, conn), revision)
+        with _revision_errors(conn, prefix, revision):
+            command.upgrade(alembic_config(prefix, conn), revision)
 
 
 def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
     """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table)."""
-    with engine.begin() as conn:
+    with engine.begin() as conn, _revision_errors(conn, prefix, revision):
         command.downgrade(alembic_config(prefix, conn), revision)
+
+
+def known_revisions() -> list[str]:
+    """The revisions this mqstore ships, oldest first."""
+    walk = ScriptDirectory.from_config(alembic_config()).walk_revisions()
+    return [script.revision for script in reversed(list(walk))]
+
+
+@contextmanager
+def _revision_errors(conn: Connection, prefix: str, target: str) -> Iterator[None]:
+    """Alembic's refusals (an unknown target, a database newer than this mqstore) as
+    :class:`SchemaVersionError` naming what to do."""
+    try:
+        yield
+    except CommandError as exc:
+        current = current_revision(conn, prefix)
+        known = known_revisions()
+        if current is not None and current not in known:
+            raise SchemaVersionError(
+                f"database schema is at revision {current}, newer than this mqstore knows "
+                f"(head {head_revision()}): upgrade mqstore"
+            ) from None
+        raise SchemaVersionError(
+            f"cannot migrate to {target!r}: {exc}; revisions: {', '.join(known)}, `head` or `base`"
+        ) from None
 
 
 def require_head(conn: Connection, prefix: str = "") -> None:
@@ -85,8 +114,7 @@ def require_head(conn: Connection, prefix: str = "") -> None:
             f"database has no mqstore schema for prefix {prefix!r}: run `mqstore db upgrade` "
             "(or `mqstore db adopt` if ActiveMQ created the tables)"
         )
-    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
-    if current not in known:
+    if current not in known_revisions():
         raise SchemaVersionError(
             f"database schema is at revision {current}, newer than this mqstore knows "
             f"(head {head}): upgrade mqstore"

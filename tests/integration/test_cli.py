@@ -45,7 +45,7 @@ def test_upgrade_check_downgrade_cycle(empty_dsn: str) -> None:
     up = mqstore("db", "upgrade", "--dsn", empty_dsn)
     assert up.returncode == 0, up.stderr
     assert mqstore("db", "check", "--dsn", empty_dsn).returncode == 0
-    assert mqstore("db", "downgrade", "base", "--dsn", empty_dsn).returncode == 0
+    assert mqstore("db", "downgrade", "base", "--yes", "--dsn", empty_dsn).returncode == 0
     assert mqstore("db", "check", "--dsn", empty_dsn).returncode == 1
 
 

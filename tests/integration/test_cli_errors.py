@@ -1,0 +1,131 @@
+"""Mistakes a user makes on the command line: one line on stderr, exit code 2, no harm."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from mqstore import migrate
+from tests.integration.test_cli import mqstore
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], words: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert words in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["stats"], "no mqstore tables"),
+        (["lock", "status"], "no mqstore tables"),
+        (["browse", "orders"], "no mqstore tables"),
+        (["db", "upgrade", "--revision", "nonsense"], "cannot migrate to 'nonsense'"),
+        (["db", "downgrade", "base"], "pass --yes"),
+    ],
+)
+def test_commands_on_a_database_without_tables(empty_dsn: str, args: list[str], words: str) -> None:
+    _one_line_error(mqstore(*args, "--dsn", empty_dsn), words)
+
+
+def test_a_database_newer_than_this_mqstore_is_named(empty_engine: Engine, empty_dsn: str) -> None:
+    migrate.upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("UPDATE mqstore_version SET version_num = '0099'"))
+    _one_line_error(mqstore("db", "upgrade", "--dsn", empty_dsn), "newer than this mqstore")
+
+
+def test_downgrade_refuses_while_a_broker_holds_the_lease(engine: Engine, dsn: str) -> None:
+    held_until = int(time.time() * 1000) + 60_000
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE activemq_lock SET broker_name = 'live-one', time = :t"),
+            {"t": held_until},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, "
+                "msg, priority) VALUES (1, 'queue://kept', 'p', 1, 0, 'x', 0)"
+            )
+        )
+    _one_line_error(mqstore("db", "downgrade", "base", "--yes", "--dsn", dsn), "live-one")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM activemq_msgs")).scalar() == 1
+    forced = mqstore("db", "downgrade", "base", "--yes", "--force", "--dsn", dsn)
+    assert forced.returncode == 0, forced.stderr
+    with engine.connect() as conn:
+        assert not sa.inspect(conn).has_table("activemq_msgs")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "words"),
+    [
+        (["--stomp", "127.0.0.1:99999"], {}, "port from 0 to 65535"),
+        (["--log-level", "bogus"], {}, "--log-level must be one of"),
+        ([], {"MQSTORE_JOURNAL_SYNC": "bogus"}, "invalid journal sync policy"),
+        ([], {"MQSTORE_METRICS_PORT": "-1"}, "metrics_port"),
+        (["--users-file", "/nonexistent/users.properties"], {}, "cannot read the users file"),
+    ],
+)
+def test_serve_refuses_bad_settings_before_it_starts(
+    dsn: str, tmp_path: Path, args: list[str], env: dict[str, str], words: str
+) -> None:
+    result = mqstore(
+        "serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--lock", "none", *args,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    _one_line_error(result, words)
+
+
+def test_serve_on_a_port_in_use_says_so(dsn: str, tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = mqstore(
+            "serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--lock", "none",
+            "--no-journal", "--stomp", f"127.0.0.1:{port}",
+        )  # fmt: skip
+    _one_line_error(result, "address already in use")
+
+
+def test_a_users_file_without_logins_is_refused(dsn: str, tmp_path: Path) -> None:
+    users = tmp_path / "users.properties"
+    users.write_text("# nobody yet\n")
+    result = mqstore("serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--users-file", str(users))
+    _one_line_error(result, "holds no login")
+    users.write_text("app secret\n")
+    result = mqstore("serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--users-file", str(users))
+    _one_line_error(result, ":1: expected login=passcode")
+
+
+def test_browse_takes_stomp_names_and_refuses_other_schemes(engine: Engine, dsn: str) -> None:
+    from mqstore.openwire import encode, text_message
+
+    frame = encode(
+        text_message("hello", destination="queue://orders", producer_id="ID:p:1:1", sequence=1)
+    )
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, "
+                "msg, priority) VALUES (1, 'queue://orders', 'ID:p:1:1:1', 1, 0, :m, 0)"
+            ),
+            {"m": frame},
+        )
+    for name in ("orders", "/queue/orders", "queue://orders"):
+        result = mqstore("browse", name, "--dsn", dsn, "--json")
+        assert result.returncode == 0, result.stderr
+        assert '"body": "hello"' in result.stdout
+    empty = mqstore("browse", "/topic/none", "--dsn", dsn)
+    assert empty.returncode == 0 and "nothing is stored under topic://none" in empty.stderr
+    _one_line_error(mqstore("browse", "bogus://x", "--dsn", dsn), "is not a destination")
+    assert mqstore("browse", "orders", "--limit", "-5", "--dsn", dsn).returncode == 2
