@@ -10,7 +10,7 @@ with :func:`decode_columns`, which walks each frame once straight into column li
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StructType
 
-from mqstore.openwire import DecodeError, MessageKind, decode
+from mqstore.openwire import DecodeError, MessageKind, decode, replace_lone_surrogates
 from mqstore.openwire.columnar import SUMMARY_FIELDS, property_text, summarize
 
 #: Decoded fields, in order, with their Spark SQL types.
@@ -44,7 +44,10 @@ _KIND_NAMES = {kind: kind.name.lower() for kind in MessageKind}
 
 
 def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
-    """Decode one ``MSG`` value into the :data:`DECODED_FIELDS` (all None when ``data`` is)."""
+    """Decode one ``MSG`` value into the :data:`DECODED_FIELDS` (all None when ``data`` is).
+
+    Strings are as Spark stores them: a lone UTF-16 surrogate (legal in Java) becomes ``?``.
+    """
     row: dict[str, Any] = dict.fromkeys(_NAMES)
     if data is None:
         return row
@@ -68,7 +71,7 @@ def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
         row["decode_error"] = (
             f"{type(exc).__name__}: {exc}" if not isinstance(exc, DecodeError) else str(exc)
         )
-    return row
+    return _utf8_row(row)
 
 
 def decoded_type() -> StructType:
@@ -82,6 +85,26 @@ def decode_column(msg: Column | str) -> Column:
     """A struct column of the decoded fields, computed by an Arrow-batched Python UDF."""
     fn = sf.udf(decode_msg, returnType=decoded_type(), useArrow=True)
     return fn(msg)
+
+
+def _utf8_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with every string given a UTF-8 form (see :func:`utf8_strings`)."""
+    for name, value in row.items():
+        if type(value) is str and not value.isascii():
+            row[name] = replace_lone_surrogates(value)
+    props = row["properties"]
+    if props and not all(k.isascii() and (v is None or v.isascii()) for k, v in props.items()):
+        row["properties"] = dict(
+            zip(utf8_strings(props), utf8_strings(props.values()), strict=True)
+        )
+    return row
+
+
+def utf8_strings(values: Iterable[str | None]) -> list[str | None]:
+    """``values`` with each unpaired UTF-16 surrogate (legal in a Java String, e.g. a text
+    cut inside an emoji) as ``?``, as Java's UTF-8 encoder writes it: Arrow and Spark
+    strings must be UTF-8."""
+    return [None if v is None else replace_lone_surrogates(v) for v in values]
 
 
 _ARROW_TYPES = {
@@ -98,8 +121,9 @@ def decode_columns(msgs: pa.Array) -> list[pa.Array]:
 
     One pass per frame straight into column lists (:mod:`mqstore.openwire.columnar`);
     frames its fast path declines go through :func:`decode_msg`, so the values are the
-    same either way. Text bodies are copied from ``msgs`` into the string column by
-    Arrow, never made into Python strings, when they are plain UTF-8.
+    same either way (strings in their UTF-8 form: a lone surrogate as ``?``). Text bodies
+    are copied from ``msgs`` into the string column by Arrow, never made into Python
+    strings, when they are valid UTF-8.
     """
     if msgs.type != pa.binary():
         msgs = msgs.cast(pa.binary())
@@ -129,8 +153,8 @@ def decode_columns(msgs: pa.Array) -> list[pa.Array]:
 
 def _span_text(msgs: pa.Array, cols: dict[str, list[Any]]) -> pa.Array | None:
     """The text column from the ``text_at``/``text_len`` spans into ``msgs`` (plus the
-    texts the slow path decoded); None unless every span is UTF-8 without NUL bytes or
-    4-byte sequences (where modified UTF-8 and UTF-8 agree)."""
+    texts the slow path decoded); None unless every span is valid UTF-8 (which text
+    bodies, decoded leniently, read as UTF-8 does)."""
     n = len(msgs)
     offsets = pa.Int32Array.from_buffers(
         pa.int32(), n, [None, msgs.buffers()[1]], offset=msgs.offset
@@ -143,11 +167,6 @@ def _span_text(msgs: pa.Array, cols: dict[str, list[Any]]) -> pa.Array | None:
     starts = pc.add(offsets, at).to_pylist()  # lengths are 0 where there is no span
     spans = [frames[a : a + k] for a, k in zip(starts, lengths, strict=True)]
     joined = pa.py_buffer(b"".join(spans))
-    if joined.size:
-        as_bytes = pa.UInt8Array.from_buffers(pa.uint8(), joined.size, [None, joined])
-        low, high = pc.min_max(as_bytes).values()
-        if low.as_py() == 0 or high.as_py() >= 0xF0:
-            return None
     ends = pa.array(itertools.accumulate(lengths, initial=0), type=pa.int32())
     text = pa.StringArray.from_buffers(n, ends.buffers()[1], joined, valid.buffers()[1])
     try:
@@ -197,5 +216,6 @@ __all__ = [
     "decode_msg",
     "decoded_type",
     "property_text",
+    "utf8_strings",
     "with_decoded",
 ]

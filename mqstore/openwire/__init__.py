@@ -25,7 +25,7 @@ from .model import (
     TransactionId,
     XATransactionId,
 )
-from .mutf8 import decode_mutf8, encode_mutf8
+from .mutf8 import decode_mutf8, encode_mutf8, encode_utf8_java, replace_lone_surrogates
 from .primitives import (
     JBigString,
     JByte,
@@ -78,7 +78,9 @@ __all__ = [
     "encode_map",
     "encode_mutf8",
     "encode_stream",
+    "encode_utf8_java",
     "map_message",
+    "replace_lone_surrogates",
     "stream_message",
     "text_message",
     "to_plain",

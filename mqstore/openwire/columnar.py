@@ -5,6 +5,9 @@ as text and the text body straight into per-column lists. It accepts exactly wha
 :func:`~mqstore.openwire.decode` accepts; a frame it does not handle itself (compressed,
 a MapMessage/StreamMessage body, rare property types, anything malformed) is handed to
 the caller's ``slow`` function, so the columns equal a full decode row for row.
+
+Strings are given a UTF-8 form, as the columns go to Arrow: a lone UTF-16 surrogate
+(legal in a Java String) becomes ``?``, as Java's UTF-8 encoder writes it.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import DecodeError
+from .jformat import java_double, value_of
 from .kinds import DestinationKind, MessageKind
-from .mutf8 import decode_mutf8
-from .primitives import to_plain
+from .mutf8 import decode_mutf8, replace_lone_surrogates
 
 #: The summary columns, in order (``properties`` is kept apart as a flat key/value map).
 SUMMARY_FIELDS: tuple[str, ...] = (
@@ -42,8 +45,14 @@ _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 _I8 = struct.Struct(">b").unpack_from
 _F64 = struct.Struct(">d").unpack_from
-#: Property tags of fixed-size numbers: (unpacker, size); printed with str() as Java does.
-_NUMBERS = {5: (_I32, 4), 6: (_I64, 8), 7: (_F64, 8), 2: (_I8, 1), 4: (_I16, 2)}
+#: Property tags of fixed-size numbers: (unpacker, size, Java's toString).
+_NUMBERS: dict[int, tuple[Callable[[bytes, int], tuple[Any, ...]], int, Callable[[Any], str]]] = {
+    5: (_I32, 4, str),
+    6: (_I64, 8, str),
+    7: (_F64, 8, java_double),
+    2: (_I8, 1, str),
+    4: (_I16, 2, str),
+}
 _QQ = struct.Struct(">qq").unpack_from
 _BQB = struct.Struct(">Bqb").unpack_from  # persistent, expiration, priority
 _BI = struct.Struct(">Bi").unpack_from  # compressed, redeliveryCounter
@@ -62,17 +71,13 @@ class _SlowError(Exception):
 
 
 def property_text(value: Any) -> str | None:
-    """A property value as Java's ``String.valueOf`` would print it (bytes as hex)."""
+    """A property value as Java's ``String.valueOf`` prints it (None stays None, a byte[]
+    is shown as hex): ``1.1`` for the float 1.1f, ``1.0E-5``, ``{a=1, b=[x, true]}``."""
     if type(value) is str:
         return value
-    plain = to_plain(value)
-    if plain is None:
+    if value is None:
         return None
-    if isinstance(plain, bool):
-        return "true" if plain else "false"
-    if isinstance(plain, bytes | bytearray):
-        return plain.hex()
-    return str(plain)
+    return value_of(value)
 
 
 def _text(data: bytes, pos: int, end: int) -> str:
@@ -82,7 +87,13 @@ def _text(data: bytes, pos: int, end: int) -> str:
     raw = data[pos:end]
     if raw.isascii() and b"\x00" not in raw:
         return raw.decode("ascii")
-    return decode_mutf8(raw)
+    return _utf8_text(raw)
+
+
+def _utf8_text(raw: bytes, lenient: bool = False) -> str:
+    """Decode ``raw``; a lone surrogate (only possible with an ED byte) becomes ``?``."""
+    text = decode_mutf8(raw, lenient=lenient)
+    return replace_lone_surrogates(text) if b"\xed" in raw else text
 
 
 def _string(data: bytes, pos: int) -> tuple[str | None, int]:
@@ -270,11 +281,11 @@ def _properties(
                 raise _SlowError
             raw = data[pos + 2 : stop]
             value: str | None = (
-                raw.decode("ascii") if raw.isascii() and b"\x00" not in raw else decode_mutf8(raw)
+                raw.decode("ascii") if raw.isascii() and b"\x00" not in raw else _utf8_text(raw)
             )
             pos = stop
         elif (number := _NUMBERS.get(tag)) is not None:  # int, long, double, byte, short
-            value = str(number[0](data, pos)[0])
+            value = number[2](number[0](data, pos)[0])
             pos += number[1]
         elif tag == 1:  # boolean
             b = data[pos]
@@ -325,8 +336,8 @@ def summarize(
     With ``text_spans`` a TextMessage body is not decoded: ``text`` stays None and
     ``text_at``/``text_len`` give where its bytes are in the frame (``text_at`` is -1
     where ``text`` holds the value). Those bytes are not checked: they decode to the
-    same string as modified UTF-8 only if they are valid UTF-8 without NUL bytes or
-    4-byte sequences; if not, the caller must summarize those frames again without.
+    same string (text bodies are decoded leniently, see ``decode_mutf8``) only if they
+    are valid UTF-8; if not, the caller must summarize those frames again without.
     """
     kinds: list[str | None] = []
     ids: list[str | None] = []
@@ -446,9 +457,7 @@ def summarize(
                     else:
                         raw = data[content + 4 : content + 4 + tlen]
                         text = (
-                            raw.decode("ascii")
-                            if raw.isascii() and b"\x00" not in raw
-                            else decode_mutf8(raw)
+                            raw.decode("ascii") if raw.isascii() else _utf8_text(raw, lenient=True)
                         )
             elif clen >= 0 and type_byte not in _PLAIN_BODY:
                 raise _SlowError

@@ -30,7 +30,10 @@ _QQ = struct.Struct(">qq")
 _BQB = struct.Struct(">Bqb")  # persistent, expiration, priority
 _BI = struct.Struct(">Bi")  # compressed, redeliveryCounter
 _QQB = struct.Struct(">qqB")  # brokerInTime, brokerOutTime, jmsXGroupFirstForConsumer
-_FIELDS = tuple(f.name for f in dataclasses.fields(Message))
+#: BlobMessage's own fields: other messages leave them at their (class attribute) defaults.
+_BLOB_FIELDS = ("remote_blob_url", "mime_type", "deleted_by_broker")
+_FIELDS = tuple(f.name for f in dataclasses.fields(Message) if f.name not in _BLOB_FIELDS)
+_BLOB = MessageKind.BLOB
 _KINDS = {k.value: k for k in MessageKind}
 _DEST_KINDS = {k.value: k for k in DestinationKind}
 _MESSAGE_ID, _LOCAL_TX, _XA_TX, _CONNECTION_ID, _CONSUMER_ID, _PRODUCER_ID, _BROKER_ID = (
@@ -147,6 +150,14 @@ def _broker_ids(data: bytes, pos: int, what: str) -> tuple[tuple[str | None, ...
             ids.append(None)
             pos += 1
     return tuple(ids), pos
+
+
+def _blob_fields(data: bytes, pos: int) -> tuple[dict[str, str | bool | None], int]:
+    """``ActiveMQBlobMessage``'s own fields: remoteBlobUrl, mimeType, deletedByBroker."""
+    url, pos = _string(data, pos)
+    mime, pos = _string(data, pos)
+    deleted = _flag(data, pos, "deletedByBroker")
+    return dict(zip(_BLOB_FIELDS, (url, mime, deleted), strict=True)), pos + 1
 
 
 def decode(
@@ -288,6 +299,10 @@ def decode(
         if xgroup_first > 1:
             raise DecodeError(pos + 16, "boolean 0 or 1 (jmsXGroupFirstForConsumer)")
         pos += 17
+        blob = None
+        if kind is _BLOB:
+            what = "remoteBlobUrl, mimeType, deletedByBroker"
+            blob, pos = _blob_fields(data, pos)
     except (struct.error, IndexError):
         raise DecodeError(pos, what, "frame is truncated") from None
     if pos != n:
@@ -308,6 +323,8 @@ def decode(
             strict=True,
         )
     )  # fmt: skip
+    if blob is not None:
+        msg.__dict__.update(blob)
     if not lazy:
         _check_views(msg, content_at, props_at)
     return msg

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from .errors import EncodeError
+from .kinds import MessageKind
 from .model import (
     ConsumerId,
     Destination,
@@ -27,6 +28,7 @@ _BQB = struct.Struct(">?qb")
 _BI = struct.Struct(">?i")
 _QQB = struct.Struct(">qq?")
 _ABSENT = b"\x00"
+_BLOB = MessageKind.BLOB
 
 
 def _string(out: list[bytes], value: str | None) -> None:
@@ -117,6 +119,13 @@ def _broker_ids(out: list[bytes], value: tuple[str | None, ...] | None) -> None:
             _string(out, broker_id)
 
 
+def _blob_fields(out: list[bytes], msg: Message) -> None:
+    """``ActiveMQBlobMessage``'s own fields, after the others (BlobMessage only)."""
+    _string(out, msg.remote_blob_url)
+    _string(out, msg.mime_type)
+    out.append(b"\x01" if msg.deleted_by_broker else _ABSENT)
+
+
 def encode(msg: Message) -> bytes:
     """Marshal ``msg`` as ActiveMQ's JDBC store does (the ``MSG`` column value).
 
@@ -155,6 +164,10 @@ def encode(msg: Message) -> bytes:
         out.append(
             _QQB.pack(msg.broker_in_time, msg.broker_out_time, msg.jms_xgroup_first_for_consumer)
         )
+        if msg.kind is _BLOB:
+            _blob_fields(out, msg)
+        elif msg.remote_blob_url is not None or msg.mime_type is not None or msg.deleted_by_broker:
+            raise EncodeError("remote_blob_url, mime_type and deleted_by_broker need a BlobMessage")
     except (struct.error, OverflowError, TypeError, ValueError) as exc:
         if isinstance(exc, EncodeError):
             raise

@@ -181,6 +181,10 @@ class Message:
     broker_in_time: int = 0
     broker_out_time: int = 0
     jms_xgroup_first_for_consumer: bool = False
+    #: BlobMessage (type 29) only: ``ActiveMQBlobMessage``'s fields, after all the others.
+    remote_blob_url: str | None = None
+    mime_type: str | None = None
+    deleted_by_broker: bool = False
     max_decompressed: int = dataclasses.field(
         default=DEFAULT_MAX_DECOMPRESSED, repr=False, compare=False
     )

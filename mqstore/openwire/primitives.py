@@ -383,9 +383,18 @@ def encode_map(values: Mapping[str, Any] | None) -> bytes:
 
 
 def encode_stream(values: list[Any] | tuple[Any, ...]) -> bytes:
-    """Encode StreamMessage body values (tagged values, no count)."""
+    """Encode StreamMessage body values (tagged values, no count).
+
+    Maps and lists are refused: a JMS StreamMessage holds only primitives, strings and
+    byte arrays (ActiveMQ's ``readObject`` fails on them).
+    """
     out: list[bytes] = []
-    for value in values:
+    for i, value in enumerate(values):
+        if isinstance(value, (Mapping, list, tuple)):
+            raise EncodeError(
+                f"stream element {i} is a {type(value).__name__}: a StreamMessage holds "
+                "primitives, strings and byte arrays only"
+            )
         write_value(out, value)
     return b"".join(out)
 

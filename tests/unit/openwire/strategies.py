@@ -125,4 +125,10 @@ def messages(draw: st.DrawFn) -> tuple[Message, Any, dict[str, Any] | None]:
         broker_out_time=draw(LONG),
         jms_xgroup_first_for_consumer=draw(st.booleans()),
     )
+    if kind is MessageKind.BLOB:
+        msg = msg.replace(
+            remote_blob_url=draw(st.none() | STR),
+            mime_type=draw(st.none() | STR),
+            deleted_by_broker=draw(st.booleans()),
+        )
     return msg, body, props

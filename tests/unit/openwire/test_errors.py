@@ -137,7 +137,10 @@ def test_bytes_message_declared_length_is_checked() -> None:
     base = decode(SAMPLE).replace(kind=MessageKind.BYTES, compressed=True)
     good = struct.pack(">i", 3) + zlib.compress(b"abc")
     assert decode(encode(base.replace(content=good))).bytes_body == b"abc"
-    for declared in (2, 4, -1):
+    # As ActiveMQ's reader: only the declared length is inflated, the rest is ignored.
+    longer = struct.pack(">i", 2) + zlib.compress(b"abc")
+    assert decode(encode(base.replace(content=longer))).bytes_body == b"ab"
+    for declared in (4, -1):
         bad = struct.pack(">i", declared) + zlib.compress(b"abc")
         with pytest.raises(DecodeError):
             decode(encode(base.replace(content=bad)))
