@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqstore.openwire import DecodeError, decode
+from mqstore.openwire import DecodeError, decode, replace_lone_surrogates
 from mqstore.store.model import StoredMessage
 
 
@@ -41,32 +41,38 @@ def describe(row: StoredMessage) -> dict[str, Any]:
     body = message.body
     out.update(
         kind=message.kind.name.lower(),
-        jms_message_id=message.jms_message_id,
+        jms_message_id=_jsonable(message.jms_message_id),
         priority=message.priority,
         persistent=message.persistent,
         timestamp=message.timestamp,
-        correlation_id=message.correlation_id,
-        type=message.type,
+        correlation_id=_jsonable(message.correlation_id),
+        type=_jsonable(message.type),
         redelivery_counter=message.redelivery_counter,
         original_destination=(
-            message.original_destination.qualified_name if message.original_destination else None
+            _jsonable(message.original_destination.qualified_name)
+            if message.original_destination
+            else None
         ),
-        properties={k: _jsonable(v) for k, v in message.plain_properties().items()},
+        properties=_jsonable(message.plain_properties()),
         body=_jsonable(body),
     )
     return out
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` for JSON and the terminal: bytes as hex, strings with a UTF-8 form (a lone
+    surrogate, legal in a Java String, shows as ``?`` as Java's UTF-8 encoder writes it)."""
+    if isinstance(value, str):
+        return replace_lone_surrogates(value)
     if isinstance(value, bytes):
         return {"hex": value.hex()}
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {_jsonable(str(k)): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
-    return str(value)
+    return replace_lone_surrogates(str(value))
 
 
 def table_row(view: dict[str, Any]) -> list[str]:

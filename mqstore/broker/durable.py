@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mqstore.broker.by_priority import IdsByPriority
-from mqstore.broker.messages import BrokerMessage
+from mqstore.broker.messages import BrokerMessage, UnrenderableError
 from mqstore.broker.paging import LeftToPage
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.writer import Op
@@ -154,7 +154,13 @@ class DurableSub:
             if msg.expired(now):
                 expired.append(msg)
                 continue
-            if consumer.deliver(msg) is None:
+            try:
+                delivery = consumer.deliver(msg)
+            except UnrenderableError as exc:  # malformed body: the DLQ, as a poison message
+                log.error("durable subscription %s: %s; moved to the DLQ", self.key, exc)
+                self.topic.broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
+                continue
+            if delivery is None:
                 auto.append(msg)
         for batch in (auto, expired):
             if batch:

@@ -151,14 +151,29 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
     return msg
 
 
+class UnrenderableError(ValueError):
+    """A message has no STOMP form: its stored body is malformed."""
+
+
 def body_of(msg: Message) -> bytes:
-    """The STOMP body of a message (text as UTF-8, bytes as they are)."""
-    if msg.kind is MessageKind.TEXT:
-        return (msg.text or "").encode("utf-8")
-    if msg.kind is MessageKind.BYTES:
-        return msg.bytes_body or b""
-    body = msg.body
-    return body if isinstance(body, bytes) else str(body).encode("utf-8") if body else b""
+    """The STOMP body of a message (text as Java's UTF-8, bytes as they are).
+
+    A lone UTF-16 surrogate in a text (legal in Java) is sent as ``?``, as ActiveMQ's
+    ``String.getBytes(UTF_8)`` does. Raises :class:`UnrenderableError` if the body is malformed.
+    """
+    try:
+        if msg.kind is MessageKind.TEXT:
+            return openwire.encode_utf8_java(msg.text or "")
+        if msg.kind is MessageKind.BYTES:
+            return msg.bytes_body or b""
+        body = msg.body
+    except openwire.DecodeError as exc:
+        raise UnrenderableError(
+            f"message {msg.jms_message_id} has a malformed body: {exc}"
+        ) from None
+    if isinstance(body, bytes):
+        return body
+    return openwire.encode_utf8_java(str(body)) if body else b""
 
 
 def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
@@ -193,6 +208,10 @@ def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
     for key, value in props.items():
         if key not in taken:
             headers.append((key, "" if value is None else str(value)))
+    if not all(k.isascii() and v.isascii() for k, v in headers):
+        # A lone surrogate (legal in a Java String) has no UTF-8 form: '?' as Java writes it.
+        utf8 = openwire.replace_lone_surrogates
+        headers = [(utf8(k), utf8(v)) for k, v in headers]
     msg.headers = headers
     return headers
 

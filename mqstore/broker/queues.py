@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from mqstore.broker.messages import BrokerMessage
+from mqstore.broker.messages import BrokerMessage, UnrenderableError
 from mqstore.broker.paging import LeftToPage
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.writer import Op
@@ -135,11 +135,24 @@ class Queue:
             if msg.expired(now):
                 self.broker.dead_letter(self, [msg], Outcome.EXPIRED)
                 continue
-            if chosen.deliver(msg) is None:
+            try:
+                delivery = chosen.deliver(msg)
+            except UnrenderableError as exc:
+                self._unrenderable(msg, exc)
+                continue
+            if delivery is None:
                 auto.append(msg)
         if auto:
             self.broker.submit(*self.settle_work(auto))
         self._maybe_page()
+
+    def _unrenderable(self, msg: BrokerMessage, exc: UnrenderableError) -> None:
+        """A message with a malformed body goes to the DLQ; on its DLQ it stays stored."""
+        if msg.container == self.broker.config.dlq_for(msg.container):
+            log.error("%s: %s; left in the store, not delivered", self.container, exc)
+            return  # stays tracked: not paged in again before a restart
+        log.error("%s: %s; moved to the DLQ", self.container, exc)
+        self.broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
 
     def _maybe_page(self) -> None:
         window = self.broker.config.memory_window
@@ -185,7 +198,10 @@ class Queue:
                 for row in rows:
                     cursor = row.cursor
                     await self.broker.wait_room(consumer)
-                    consumer.deliver(BrokerMessage.from_row(row, 0))
+                    try:
+                        consumer.deliver(BrokerMessage.from_row(row, 0))
+                    except UnrenderableError as exc:
+                        log.error("browsing %s: %s; skipped", self.container, exc)
                 if len(rows) < 500:
                     break
             for _, _, msg in sorted(self.pending):
