@@ -10,14 +10,17 @@ from mqstore.broker.frames import Frame, FrameError
 from mqstore.openwire import Destination, Message, MessageKind, ProducerId
 from mqstore.store.model import NewMessage, StoredMessage
 
-#: SEND headers with a meaning of their own; every other header becomes a String property.
+#: SEND headers with a meaning of their own; every other header becomes a String property
+#: (``content-type`` and ``amq-msg-type`` too, as ActiveMQ keeps them).
 _RESERVED = frozenset(
     {
-        "destination", "content-length", "content-type", "receipt", "transaction", "persistent",
+        "destination", "content-length", "receipt", "transaction", "persistent",
         "priority", "expires", "correlation-id", "reply-to", "type", "message-id", "timestamp",
         "subscription", "ack", "redelivered", "JMSXGroupID", "JMSXGroupSeq", "login", "passcode",
     }
 )  # fmt: skip
+#: STOMP destination prefixes a reply-to may name (others stay a String property).
+_REPLY_KINDS = ("queue", "topic", "temp-queue", "temp-topic")
 
 
 def container_of(stomp_dest: str) -> str:
@@ -112,6 +115,27 @@ def _int_header(frame: Frame, name: str, default: int) -> int:
         raise FrameError(f"header {name} must be an integer, got {text!r}") from None
 
 
+def _reply_destination(text: str) -> Destination | None:
+    """The destination a ``reply-to`` header names (``/queue/``, ``/topic/``, ``/temp-queue/``,
+    ``/temp-topic/``), or None for anything else."""
+    for kind in _REPLY_KINDS:
+        prefix = f"/{kind}/"
+        if text.startswith(prefix) and len(text) > len(prefix):
+            return Destination.parse(f"{kind}://{text[len(prefix) :]}")
+    return None
+
+
+def _is_text(frame: Frame) -> bool:
+    """Whether a SEND makes a TextMessage: ``amq-msg-type`` says so, else a body without
+    ``content-length`` is text (ActiveMQ's LegacyFrameTranslator)."""
+    kind = frame.get("amq-msg-type")
+    if kind is None:
+        return "content-length" not in frame.headers
+    if kind.lower() not in ("text", "bytes"):
+        raise FrameError(f"unsupported amq-msg-type {kind!r}: use text or bytes")
+    return kind.lower() == "text"
+
+
 def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int) -> BrokerMessage:
     """Build the OpenWire message of a SEND frame, as ActiveMQ's STOMP transport does."""
     persistent = frame.get("persistent", "false") == "true"
@@ -119,8 +143,11 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
     if not 0 <= priority <= 9:
         raise FrameError(f"priority must be 0..9, got {priority}")
     expires = _int_header(frame, "expires", 0)
-    reply = frame.get("reply-to")
     props = {k: v for k, v in frame.headers.items() if k not in _RESERVED}
+    reply = frame.get("reply-to")
+    reply_to = _reply_destination(reply) if reply else None
+    if reply and reply_to is None:
+        props["reply-to"] = reply  # not a destination: kept as a String property, as ActiveMQ
     kwargs = dict(
         destination=Destination.parse(container),
         producer_id=producer,
@@ -130,18 +157,21 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
         expiration=max(expires, 0),
         correlation_id=frame.get("correlation-id"),
         type=frame.get("type"),
-        reply_to=container_of(reply) if reply else None,
+        reply_to=reply_to,
         properties=props or None,
         group_id=frame.get("JMSXGroupID"),
     )
     try:
-        if "content-length" in frame.headers:
+        if not _is_text(frame):
             ow = openwire.bytes_message(frame.body, **kwargs)
         else:
             try:
                 text = frame.body.decode("utf-8")
             except UnicodeDecodeError:
-                raise FrameError("text body is not UTF-8; send a content-length header") from None
+                raise FrameError(
+                    "text body is not UTF-8; send it as bytes (content-length, no "
+                    "amq-msg-type:text)"
+                ) from None
             ow = openwire.text_message(text, **kwargs)
     except openwire.EncodeError as exc:
         raise FrameError(f"cannot encode message: {exc}") from None
@@ -204,7 +234,7 @@ def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
         props = ow.plain_properties()
     except openwire.DecodeError:
         props = {}
-    taken = {k for k, _ in headers}
+    taken = {k for k, _ in headers} | {"content-length"}  # the frame's own, from its body
     for key, value in props.items():
         if key not in taken:
             headers.append((key, "" if value is None else str(value)))

@@ -1,0 +1,58 @@
+"""SEND headers become what ActiveMQ's STOMP transport makes of them."""
+
+from __future__ import annotations
+
+from mqstore import openwire
+from mqstore.openwire import MessageKind
+from tests.broker.harness import BrokerThread, connect
+
+
+def _stored(broker: BrokerThread, queue: str) -> openwire.Message:
+    [row] = broker.store.page(queue, None, 10)  # the row a JMS reader of the database sees
+    return openwire.decode(row.msg)
+
+
+def test_reply_to_names_any_destination_or_stays_a_property(broker: BrokerThread) -> None:
+    prod, prod_col = connect(broker.port)
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/rpc", id="1", ack="auto")
+    replies = ("/queue/replies", "/temp-queue/ID:c1-1:1", "client-7-inbox")
+    for n, reply in enumerate(replies):
+        prod.send("/queue/rpc", "ask", headers={"reply-to": reply}, receipt=f"r{n}")
+    assert prod_col.wait(lambda: len(prod_col.receipts) == 3), prod_col.errors
+    assert [m.headers["reply-to"] for m in col.wait_messages(3)] == list(replies)
+    prod.disconnect()
+    cons.disconnect()
+
+
+def test_content_type_and_amq_msg_type_reach_the_consumer(broker: BrokerThread) -> None:
+    prod, _ = connect(broker.port)
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/typed", id="1", ack="auto")
+    prod.send("/queue/typed", '{"a": 1}', content_type="application/json")
+    msg = col.wait_messages(1)[0]
+    assert msg.headers["content-type"] == "application/json"
+    assert msg.body == '{"a": 1}'
+    prod.disconnect()
+    cons.disconnect()
+
+
+def test_amq_msg_type_text_stores_a_text_message(broker: BrokerThread) -> None:
+    prod, _ = connect(broker.port)
+    body = "héllo"
+    sized = {"persistent": "true", "content-length": str(len(body.encode()))}
+    # content-length alone makes a BytesMessage; amq-msg-type:text asks for a TextMessage
+    prod.send("/queue/jms", body, headers={**sized, "amq-msg-type": "text"})
+    prod.send("/queue/raw", body, headers=sized)
+    prod.disconnect(receipt="bye")
+    text = _stored(broker, "queue://jms")
+    assert text.kind is MessageKind.TEXT and text.text == body
+    assert text.plain_properties()["amq-msg-type"] == "text"
+    assert _stored(broker, "queue://raw").kind is MessageKind.BYTES
+
+
+def test_an_unknown_amq_msg_type_is_refused(broker: BrokerThread) -> None:
+    prod, col = connect(broker.port)
+    prod.send("/queue/x", "b", headers={"amq-msg-type": "map"})
+    assert col.wait(lambda: bool(col.errors))
+    assert "unsupported amq-msg-type 'map'" in col.errors[0].headers["message"]
