@@ -70,6 +70,20 @@ def libpq_dsn(dsn: str | URL) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+#: libpq settings that notice a database host gone from the network in seconds, not after
+#: TCP's retransmissions give up (about 15 minutes on Linux): a connect waits at most 10 s,
+#: an idle connection is probed after 10 s, and unacknowledged data fails it after 30 s.
+#: A DSN that sets one of them (``?connect_timeout=...``) keeps its own value.
+NETWORK_TIMEOUTS: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+
 def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
     """An engine on psycopg 3; raises :class:`ConfigError` for a bad DSN.
 
@@ -81,14 +95,26 @@ def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
     (:mod:`mqstore.store.commit_connections`).
     """
     url = parse_dsn(dsn)
+    timeouts = {k: v for k, v in NETWORK_TIMEOUTS.items() if k not in url.query}
     return sa.create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=False,  # a round trip per checkout; dead connections are invalidated on error
-        connect_args={"prepare_threshold": None},
+        connect_args={"prepare_threshold": None, **timeouts},
         **kwargs,
     )
+
+
+#: How libpq and the server word the end of an established connection.
+_LOST = (
+    "server closed the connection",
+    "terminating connection",
+    "connection to server was lost",
+    "SSL connection has been closed",
+    "consuming input failed",
+    "connection is closed",
+)
 
 
 def describe_connect_error(exc: BaseException, url: URL) -> str:
@@ -105,6 +131,11 @@ def describe_connect_error(exc: BaseException, url: URL) -> str:
         return f"PostgreSQL at {where} refused user {url.username!r}: check the DSN's credentials"
     if "role" in detail and "does not exist" in detail:
         return f"PostgreSQL at {where} has no role {url.username!r}: fix the DSN's user"
+    if any(sign in detail for sign in _LOST):
+        return (
+            f"lost the connection to PostgreSQL at {where} ({detail}): the server restarted "
+            "or the network failed"
+        )
     return (
         f"cannot connect to PostgreSQL at {where} ({detail}): is the server running "
         f"and the DSN right? ({redact(url)})"
