@@ -36,7 +36,14 @@ class Admission:
         self._state = state
         self._reserved: set[Key] = set()
         self._ceiling: dict[tuple[str, str], int] = {}  # highest MSGID_SEQ seen per producer
+        self._fresh: tuple[str, ...] = ()  # MSGID_PROD prefixes minted by our caller
         self._claimed: set[int] = set()
+
+    def new_producers(self, prefix: str) -> None:
+        """Producer ids starting with ``prefix`` have stored nothing before: their first
+        writes need no database query (see :meth:`Store.new_producers`)."""
+        with self._lock:
+            self._fresh = (*self._fresh, prefix)
 
     def reserve(self, adds: Sequence[NewMessage], *, wait: bool = True) -> list[Key]:
         """Reserve the adds' keys; raises :class:`DuplicateMessageError` if one is taken.
@@ -87,6 +94,9 @@ class Admission:
         """
         with self._lock:
             unknown = list({(c, p) for c, p, _ in keys if (c, p) not in self._ceiling})
+            for pair in [pair for pair in unknown if pair[1].startswith(self._fresh)]:
+                self._ceiling[pair] = -1  # nothing stored yet: only what it writes from now
+                unknown.remove(pair)
         if unknown:
             if not wait:
                 raise WouldBlock
@@ -94,6 +104,7 @@ class Admission:
             with self._lock:
                 if len(self._ceiling) > MAX_CEILINGS:
                     self._ceiling.clear()  # bounded memory; a miss only costs a query
+                    self._fresh = ()  # a fresh producer may have stored since: ask again
                 for pair, seq in found.items():
                     self._ceiling[pair] = max(self._ceiling.get(pair, -1), seq)
         with self._lock:

@@ -421,6 +421,9 @@ class JournaledStore(MergedReads):
         return ids, removed
 
     # ------------------------------------------------------------------ messages
+    def new_producers(self, prefix: str) -> None:
+        self._admission.new_producers(prefix)
+
     def add(self, messages: Sequence[NewMessage]) -> list[int]:
         return self._write(messages, (), ())[0]
 

@@ -82,6 +82,9 @@ class MemoryStore:
             ids.append(ident)
         return ids
 
+    def new_producers(self, prefix: str) -> None:
+        """Nothing to do: duplicates are checked in memory."""
+
     def add(self, messages: Sequence[NewMessage]) -> list[int]:
         with self._lock:
             self._count("add")

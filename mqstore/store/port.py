@@ -41,6 +41,11 @@ class Store(Protocol):
         """Whether the PRIORITY column holds real priorities (ActiveMQ's prioritizedMessages)."""
 
     # -- messages (queues and topics) ----------------------------------------------------------
+    def new_producers(self, prefix: str) -> None:
+        """Producer ids (MSGID_PROD) starting with ``prefix`` are the caller's own and have
+        stored nothing yet. A hint: the journaled store then accepts their first messages
+        without asking the database whether they are duplicates."""
+
     def add(self, messages: Sequence[NewMessage]) -> list[int]:
         """Store messages atomically; returns their IDs (strictly increasing) in order."""
 
