@@ -6,6 +6,10 @@ import random
 from dataclasses import dataclass, field
 
 from mqstore.broker.frames import Limits
+from mqstore.errors import ConfigError
+
+#: The least ``topic_low_water``: a socket's write buffer below this is not waited for.
+MIN_LOW_WATER = 128 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,14 @@ class BrokerConfig:
     in bytes of stored message frames (0: no limit); a persistent producer blocked longer
     than ``producer_block_timeout`` seconds gets an ERROR. ``heartbeat_ms`` is what the
     server offers (can send, wants to receive).
+
+    Topic flow control: a producer to a topic waits while a non-durable subscriber of it
+    holds more than ``topic_high_water`` bytes (messages waiting for it plus its
+    connection's unwritten frames), until every one holds less than ``topic_low_water``.
+    ``topic_pending_limit`` > 0 opts out of that: producers never wait for subscribers,
+    and a subscriber's oldest messages are dropped past that many (or past the high-water
+    mark). ``max_pending_frames`` / ``max_pending_bytes`` bound a connection's unwritten
+    MESSAGE frames.
     """
 
     broker_name: str = "localhost"
@@ -65,11 +77,14 @@ class BrokerConfig:
     dlq_non_persistent: bool = False
     limits: Limits = field(default_factory=Limits)
     max_pending_frames: int = 1000
+    max_pending_bytes: int = 4 << 20
     max_pipelined_sends: int = 1000
     store_usage_limit: int = 0
     producer_block_timeout: float = 30.0
     memory_window: int = 2000
-    topic_pending_limit: int = 10000
+    topic_pending_limit: int = 0
+    topic_high_water: int = 8 << 20
+    topic_low_water: int = 4 << 20
     heartbeat_ms: tuple[int, int] = (10000, 10000)
     heartbeat_grace: float = 1.5
     connect_timeout: float = 30.0
@@ -80,6 +95,13 @@ class BrokerConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     stop_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not MIN_LOW_WATER <= self.topic_low_water <= self.topic_high_water:
+            raise ConfigError(
+                f"topic_low_water ({self.topic_low_water}) must be at least {MIN_LOW_WATER} "
+                f"bytes and at most topic_high_water ({self.topic_high_water})"
+            )
 
     def dlq_for(self, container: str) -> str:
         """The dead-letter container for messages of ``container``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,7 @@ class Handlers:
     producer: ProducerId
     sequence: int
     unsettled: int
+    unsettled_bytes: int
     _settled: asyncio.Event
     send_interval: float
     recv_interval: float
@@ -89,11 +91,9 @@ class Handlers:
         self.parser.version = version
         login = frame.get("login")
         self.login = login
-        if cfg.users is not None:
-            passcode = frame.get("passcode")
-            if login is None or cfg.users.get(login) != passcode:
-                log.warning("authentication failed for login %r from %s", login, self.peer)
-                raise _error("authentication failed: invalid login or passcode")
+        if cfg.users is not None and not _authentic(cfg.users, login, frame.get("passcode")):
+            log.warning("authentication failed for login %r from %s", login, self.peer)
+            raise _error("authentication failed: invalid login or passcode")
         client_id = frame.get("client-id")
         if client_id:
             if not self.broker.claim_client_id(client_id, self):
@@ -129,19 +129,27 @@ class Handlers:
             self.receipt(frame)
             return
         broker = self.broker
+        if container.startswith("topic://"):
+            await self.wait_for_topic(container)
         if not (msg.persistent and broker.must_store(container)):
             await self.settle_sends()
             broker.route(msg)
             self.receipt(frame)
             return
         await self.wait_for_store_space()
-        if self.unsettled >= broker.config.max_pipelined_sends:
+        cfg = broker.config
+        if (
+            self.unsettled >= cfg.max_pipelined_sends
+            or self.unsettled_bytes >= cfg.max_pending_bytes
+        ):
             await self.settle_sends()
         broker.usage.add(msg.size)
         self.unsettled += 1
+        self.unsettled_bytes += msg.size
 
         def done(ids: list[int] | None, exc: BaseException | None) -> None:
             self.unsettled -= 1
+            self.unsettled_bytes -= msg.size
             if not self.unsettled:
                 self._settled.set()
             if exc is not None or not ids:
@@ -153,6 +161,12 @@ class Handlers:
             self.receipt(frame)
 
         broker.writer_submit(Op(adds=[msg.new_message()]), done)
+
+    async def wait_for_topic(self, container: str) -> None:
+        """Producer flow control: wait while a subscriber of the topic holds too much."""
+        topic = self.broker.topics.get(container)
+        if topic is not None and topic.gate.closed:
+            await topic.gate.wait(lambda: self.closing)
 
     async def wait_for_store_space(self) -> None:
         usage = self.broker.usage
@@ -269,7 +283,9 @@ class Handlers:
                 f"{frame.command} for a message already settled in transaction "
                 f"{delivery.tx!r} (commit or abort it first)"
             )
-        targets = self._targets(delivery)
+        # A NACK poisons only the message it names, in every ack mode (ActiveMQ's
+        # StompSubscription.onStompMessageNack); only an ACK is cumulative in client mode.
+        targets = [delivery] if nack else self._targets(delivery)
         tx_id = frame.get("transaction")
         if tx_id is not None:
             tx = self._tx(tx_id)
@@ -317,6 +333,8 @@ class Handlers:
 
     async def on_commit(self, frame: Frame) -> None:
         tx = self._tx(self._tx_header(frame))
+        for container in {m.container for m in tx.sends if m.container.startswith("topic://")}:
+            await self.wait_for_topic(container)
         del self.txs[tx.tx_id]
         broker = self.broker
         stored = [m for m in tx.sends if m.persistent and broker.must_store(m.container)]
@@ -376,6 +394,14 @@ class Handlers:
     async def on_disconnect(self, frame: Frame) -> None:
         self.receipt(frame)
         self.closing = True
+
+
+def _authentic(users: dict[str, str], login: str | None, passcode: str | None) -> bool:
+    """Whether ``login`` is a known user and ``passcode`` its passcode (constant time)."""
+    expected = users.get(login) if login else None
+    if expected is None or passcode is None:
+        return False
+    return hmac.compare_digest(expected.encode("utf-8"), passcode.encode("utf-8"))
 
 
 def _heartbeat(text: str) -> tuple[int, int]:

@@ -49,6 +49,7 @@ class _BrokerCollector(Collector):
             consumers.add_metric([name], st["consumers"])
             enq.add_metric([name], st["enqueued"])
             deq.add_metric([name], st["dequeued"])
+        yield from self._topic_flow(snap)
         backlog = GaugeMetricFamily(
             "mqstore_durable_backlog",
             "Messages a durable subscription has not acknowledged",
@@ -61,6 +62,31 @@ class _BrokerCollector(Collector):
         conns = GaugeMetricFamily("mqstore_connections", "Open STOMP connections")
         conns.add_metric([], snap.get("connections", 0))
         yield from (depth, consumers, enq, deq, backlog, usage, conns)
+
+    @staticmethod
+    def _topic_flow(snap: dict[str, Any]) -> Iterator[Any]:
+        """Slow non-durable topic subscribers: bytes held, producers waiting, drops."""
+        held = GaugeMetricFamily(
+            "mqstore_topic_pending_bytes",
+            "Bytes held for non-durable subscribers (waiting messages and unwritten frames)",
+            labels=["destination"],
+        )
+        blocked = GaugeMetricFamily(
+            "mqstore_topic_blocked_producers",
+            "Producers waiting for a slow subscriber of the topic",
+            labels=["destination"],
+        )
+        dropped = CounterMetricFamily(
+            "mqstore_topic_dropped",
+            "Messages dropped for slow subscribers (topic_pending_limit)",
+            labels=["destination"],
+        )
+        for name, st in snap["destinations"].items():
+            if "pending_bytes" in st:
+                held.add_metric([name], st["pending_bytes"])
+                blocked.add_metric([name], st["blocked_producers"])
+                dropped.add_metric([name], st["dropped"])
+        yield from (held, blocked, dropped)
 
 
 class BrokerMetrics:

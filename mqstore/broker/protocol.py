@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 VERSIONS = ("1.0", "1.1", "1.2")
 
+#: Largest frame written straight to the socket; bigger ones go through the write loop,
+#: which waits for the socket to drain and then lets dispatch (and held-back producers) on.
+DIRECT_WRITE_MAX = 64 * 1024
+
 
 class ProtocolError(Exception):
     """A client error: an ERROR frame with this message is sent and the connection closed."""
@@ -59,9 +63,11 @@ class Connection(Handlers):
         self.producer = ProducerId(f"ID:{broker.node}-{number}", 1, 1)
         self.sequence = 0
         self.unsettled = 0
+        self.unsettled_bytes = 0
         self._settled = asyncio.Event()
         self._settled.set()
         self._out: deque[tuple[bytes, bool]] = deque()
+        self._out_bytes = 0
         self._out_event = asyncio.Event()
         self._room_event = asyncio.Event()
         self.queued_messages = 0
@@ -77,7 +83,14 @@ class Connection(Handlers):
     def room(self) -> int:
         if self.closing:
             return 0  # a closing connection takes no new deliveries
-        return self.broker.config.max_pending_frames - self.queued_messages
+        cfg = self.broker.config
+        if self.unwritten() >= cfg.max_pending_bytes:
+            return 0
+        return cfg.max_pending_frames - self.queued_messages
+
+    def unwritten(self) -> int:
+        """Bytes of frames queued here or in the socket's write buffer, not yet sent."""
+        return self._out_bytes + self.writer.transport.get_write_buffer_size()
 
     def _write_through(self, data: bytes) -> bool:
         """Write ``data`` at once when nothing is queued and the socket takes it unbuffered.
@@ -85,7 +98,7 @@ class Connection(Handlers):
         Saves a wake-up of the write loop per frame; anything else goes through the queue,
         which waits for the transport to drain (flow control) and keeps frames in order.
         """
-        if self._out:
+        if self._out or len(data) > DIRECT_WRITE_MAX:
             return False
         transport = self.writer.transport
         if transport.is_closing() or transport.get_write_buffer_size():
@@ -100,6 +113,7 @@ class Connection(Handlers):
         if self._write_through(data):
             return
         self.queued_messages += 1
+        self._out_bytes += len(data)
         self._out.append((data, True))
         self._out_event.set()
 
@@ -109,6 +123,7 @@ class Connection(Handlers):
             return
         if self._write_through(data):
             return
+        self._out_bytes += len(data)
         self._out.append((data, False))
         self._out_event.set()
 
@@ -165,6 +180,7 @@ class Connection(Handlers):
                     continue
                 chunk = list(self._out)
                 self._out.clear()
+                self._out_bytes = 0
                 self._last_write = loop.time()
                 self.writer.writelines([data for data, _ in chunk])
                 await self.writer.drain()
@@ -207,7 +223,7 @@ class Connection(Handlers):
         while not self.closing:
             # A client that sends but does not read its replies waits here (TCP pushes back)
             # instead of growing the queue of RECEIPT frames without bound.
-            while len(self._out) >= cfg.max_pending_frames and not self.closing:
+            while self._out_full(cfg.max_pending_frames, cfg.max_pending_bytes):
                 self._room_event.clear()
                 await self._room_event.wait()
             if not self.connected:
@@ -241,6 +257,9 @@ class Connection(Handlers):
                     return
                 if self.closing:
                     return
+
+    def _out_full(self, frames: int, size: int) -> bool:
+        return (len(self._out) >= frames or self._out_bytes >= size) and not self.closing
 
     def error(self, message: str, frame: Frame | None = None, detail: str = "") -> None:
         """Queue an ERROR frame and mark the connection for closing."""

@@ -17,6 +17,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.broker.config import BrokerConfig
@@ -30,7 +31,7 @@ from mqstore.broker.queues import Queue
 from mqstore.broker.subscriptions import Consumer, Dispatcher
 from mqstore.broker.topics import Topic
 from mqstore.broker.writer import Done, Op, StoreWriter
-from mqstore.errors import StoreError
+from mqstore.errors import DuplicateMessageError, StoreError
 from mqstore.store.model import Outcome, Removal, SubscriptionKey
 from mqstore.store.port import Store
 
@@ -57,9 +58,16 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._retries: set[asyncio.Task[None]] = set()  # DLQ moves tried again (kept alive)
         self._seq = itertools.count(1)
         self._conn_numbers = itertools.count(1)
         self._first_stored: int | None = None  # the lowest message ID this broker stored
+        #: DLQ copies being added, by (DLQ, MSGID_PROD, MSGID_SEQ): ActiveMQ's DLQ audit
+        self._dlq_audit: set[tuple[str, str, int]] = set()
+        #: store IDs whose move to the DLQ (or expiry removal) is in flight: how many moves
+        self._moving: dict[int, int] = {}
+        #: store IDs removed while an expiry sweep reads the store (None: no sweep reading)
+        self._swept: set[int] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -103,6 +111,8 @@ class Broker:
             task.cancel()
         for conn in list(self.connections):
             conn.stop_reading()
+        for topic in list(self.topics.values()):
+            topic.gate.open()  # producers held back by a slow subscriber see they are closing
         if self._conn_tasks:
             await asyncio.wait(list(self._conn_tasks), timeout=self.config.stop_timeout)
         for task in list(self._conn_tasks):
@@ -143,8 +153,19 @@ class Broker:
     def writer_submit(self, op: Op, done: Done | None) -> asyncio.Future[list[int]]:
         """Queue store work; ``done(ids, exc)`` runs on the loop once it is durable (or failed)."""
         assert self._writer is not None, "broker not started"
-        op.done = done
+        op.done = self._noting_removals(op.removes, done) if op.removes else done
         return self._writer.submit(op)
+
+    def _noting_removals(self, removes: list[Removal], done: Done | None) -> Done:
+        """``done``, also telling an expiry sweep reading the store what left it meanwhile."""
+
+        def noted(ids: list[int] | None, exc: BaseException | None) -> None:
+            if exc is None and self._swept is not None:
+                self._swept.update(r.id for r in removes)
+            if done is not None:
+                done(ids, exc)
+
+        return noted
 
     def submit(self, op: Op, finish: Callable[[], None]) -> asyncio.Future[list[int]]:
         """Queue store work; ``finish()`` runs once it is durable (failures are logged)."""
@@ -199,30 +220,99 @@ class Broker:
     def dead_letter(
         self, dest: Dispatcher, msgs: list[BrokerMessage], outcome: Outcome
     ) -> asyncio.Future[list[int]]:
-        """Atomically consume ``msgs`` from ``dest`` and add copies to the DLQ (persistent only)."""
+        """Atomically consume ``msgs`` from ``dest`` and add copies to the DLQ (persistent only).
+
+        As ActiveMQ's DLQ audit, a copy the DLQ already holds or is about to hold (another
+        subscriber of a topic dead-lettered the same message) is not added twice; the
+        messages are consumed all the same.
+        """
         op, finish = dest.settle_work(msgs, outcome)
-        copies: list[BrokerMessage] = []
+        move = _Move(op, finish, asyncio.get_running_loop().create_future())
+        move.ids = [m.store_id for m in msgs if m.store_id is not None]
+        self._hold(move.ids)
         for m in msgs:
             dlq = self.config.dlq_for(m.container)
             if (m.persistent or self.config.dlq_non_persistent) and m.container != dlq:
-                copy = dead_letter(m, dlq)
-                op.adds.append(copy.new_message())
-                copies.append(copy)
+                self._add_copy(move, dead_letter(m, dlq))
+        if move.copies:
+            log.info("%d message(s) of %s moved to the DLQ (%s)", len(move.copies), dest.container,
+                     outcome.value)  # fmt: skip
+        self._submit_move(move, retry=True)
+        return move.result
+
+    def _add_copy(self, move: _Move, copy: BrokerMessage) -> None:
+        """Add ``copy`` to ``move`` unless a copy of it is on its way to the DLQ already."""
+        row = copy.new_message()
+        key = (row.container, row.msgid_prod, row.msgid_seq)
+        if key in self._dlq_audit:
+            log.info("not adding duplicate %s to %s", copy.ow.jms_message_id, copy.container)
+            return
+        self._dlq_audit.add(key)
+        move.keys.append(key)
+        move.copies.append(copy)
+
+    def _submit_move(self, move: _Move, *, retry: bool) -> None:
+        op = move.op
+        op.adds = [c.new_message() for c in move.copies]
 
         def done(ids: list[int] | None, exc: BaseException | None) -> None:
+            if retry and move.copies and isinstance(exc, DuplicateMessageError):
+                task = asyncio.get_running_loop().create_task(self._move_without_stored(move))
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+                return
+            self._dlq_audit.difference_update(move.keys)
+            self._release(move.ids)
             if exc is not None or ids is None:
                 log.error("moving messages to the DLQ failed: %s", exc)
+                _fail(move.result, exc or StoreError("the store returned no IDs"))
                 return
-            for copy, ident in zip(copies, ids, strict=True):
+            for copy, ident in zip(move.copies, ids, strict=True):
                 self.stored(copy, ident)
                 self.usage.add(copy.size)
                 self.route(copy)
-            finish()
+            move.finish()
+            if not move.result.done():
+                move.result.set_result(ids)
 
-        if copies:
-            log.info("%d message(s) of %s moved to the DLQ (%s)", len(copies), dest.container,
-                     outcome.value)  # fmt: skip
-        return self.writer_submit(op, done)
+        self.writer_submit(op, done)
+
+    async def _move_without_stored(self, move: _Move) -> None:
+        """The DLQ refused a copy as a duplicate (one stored before, e.g. before a restart):
+        move again without the copies it holds, so the messages are still consumed."""
+        try:
+            stored = await asyncio.to_thread(self._stored_copies, move.copies)
+        except Exception as exc:
+            self._dlq_audit.difference_update(move.keys)
+            self._release(move.ids)
+            log.error("moving messages to the DLQ failed: %s", exc)
+            _fail(move.result, exc)
+            return
+        for copy in stored:
+            log.info("not adding duplicate %s to %s", copy.ow.jms_message_id, copy.container)
+        move.copies = [c for c in move.copies if c not in stored]
+        move.op = Op(removes=move.op.removes, acks=move.op.acks)
+        self._submit_move(move, retry=False)
+
+    def _hold(self, ids: list[int]) -> None:
+        """Mark store IDs as being moved (an expiry sweep leaves them alone)."""
+        for i in ids:
+            self._moving[i] = self._moving.get(i, 0) + 1
+
+    def _release(self, ids: list[int]) -> None:
+        for i in ids:
+            left = self._moving.pop(i, 1) - 1
+            if left > 0:
+                self._moving[i] = left
+
+    def _stored_copies(self, copies: list[BrokerMessage]) -> list[BrokerMessage]:
+        """Worker thread: the copies whose JMS message id their DLQ holds already."""
+        found = []
+        for copy in copies:
+            row = copy.new_message()
+            if self.store.find(row.msgid_prod, row.msgid_seq, row.container) is not None:
+                found.append(copy)
+        return found
 
     async def wait_room(self, consumer: Consumer) -> None:
         await consumer.conn.wait_room()  # type: ignore[attr-defined]
@@ -306,11 +396,18 @@ class Broker:
             expired = q.expired_pending(now)
             if expired:
                 self.dead_letter(q, expired, Outcome.EXPIRED)
-        rows = await asyncio.to_thread(
-            self.store.expire, now, self.config.expiry_batch, remove=False
-        )
+        self._swept = set()
+        try:
+            rows = await asyncio.to_thread(
+                self.store.expire, now, self.config.expiry_batch, remove=False
+            )
+            swept = self._swept
+        finally:
+            self._swept = None
         removals: list[Removal] = []
         for row in rows:
+            if row.id in self._moving or row.id in swept:
+                continue  # its move is in flight, or it left while the store was read
             if row.container.startswith("queue://"):
                 q = self.queue(row.container)
                 if row.id in q.tracked:
@@ -322,7 +419,19 @@ class Broker:
             else:
                 removals.append(Removal(row.container, row.id, Outcome.EXPIRED))
         if removals:
-            self.writer_submit(Op(removes=removals), None)
+            self._remove_expired(removals)
+
+    def _remove_expired(self, removals: list[Removal]) -> None:
+        """Remove expired durable topic messages (tracked so the next sweep skips them)."""
+        ids = [r.id for r in removals]
+        self._hold(ids)
+
+        def done(_ids: list[int] | None, exc: BaseException | None) -> None:
+            self._release(ids)
+            if exc is not None:
+                log.error("removing expired topic messages failed: %s", exc)
+
+        self.writer_submit(Op(removes=removals), done)
 
     async def _cleanup(self) -> None:
         await asyncio.to_thread(self.store.cleanup)
@@ -365,3 +474,22 @@ class Broker:
                 "backlog": writer.backlog if writer else 0,
             },
         }
+
+
+@dataclass(eq=False)
+class _Move:
+    """One move of messages to the DLQ: the settle work and the copies it adds."""
+
+    op: Op
+    finish: Callable[[], None]
+    result: asyncio.Future[list[int]]
+    copies: list[BrokerMessage] = field(default_factory=list)
+    keys: list[tuple[str, str, int]] = field(default_factory=list)  # audit entries it holds
+    ids: list[int] = field(default_factory=list)  # store IDs of the messages it consumes
+
+
+def _fail(fut: asyncio.Future[list[int]], exc: BaseException) -> None:
+    """Fail ``fut`` (marked retrieved: callers may not wait for it)."""
+    if not fut.done():
+        fut.set_exception(exc)
+        fut.exception()

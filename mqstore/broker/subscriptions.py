@@ -17,14 +17,22 @@ if TYPE_CHECKING:
 
 ACK_MODES = ("auto", "client", "client-individual")
 
+#: Bytes a waiting topic message is counted for beyond its body (headers, objects), so a
+#: backlog of empty messages is bounded too.
+MESSAGE_OVERHEAD = 256
+
 
 class Outbound(Protocol):
     """What a consumer needs of its connection."""
 
     version: str
+    peer: str
 
     def room(self) -> int:
         """How many more MESSAGE frames may be queued for writing."""
+
+    def unwritten(self) -> int:
+        """Bytes of frames queued or buffered for the socket and not yet sent."""
 
     def send_message(self, data: bytes) -> None:
         """Queue one MESSAGE frame."""
@@ -88,6 +96,7 @@ class Consumer:
     in_flight: dict[str, Delivery] = field(default_factory=dict)  # by JMS message id
     outstanding: int = 0
     pending: deque[BrokerMessage] = field(default_factory=deque)  # topic copies
+    pending_bytes: int = 0  # what ``pending`` is counted for (body + MESSAGE_OVERHEAD each)
     closed: bool = False
     delivered: int = 0
     dropped: int = 0
@@ -153,9 +162,37 @@ class Consumer:
                 return out
         return [delivery]
 
-    def push(self, msg: BrokerMessage, limit: int) -> None:
-        """Queue a topic copy for this consumer, dropping the oldest past ``limit``."""
+    # -- topic copies waiting for this consumer -------------------------------------------
+    def push(self, msg: BrokerMessage) -> None:
+        """Queue a topic copy for this consumer."""
         self.pending.append(msg)
-        if len(self.pending) > limit:
-            self.pending.popleft()
-            self.dropped += 1
+        self.pending_bytes += msg.size + MESSAGE_OVERHEAD
+
+    def put_back(self, msg: BrokerMessage) -> None:
+        """Queue a topic copy to go first (a redelivery)."""
+        self.pending.appendleft(msg)
+        self.pending_bytes += msg.size + MESSAGE_OVERHEAD
+
+    def take(self) -> BrokerMessage:
+        """The next topic copy to send."""
+        msg = self.pending.popleft()
+        self.pending_bytes -= msg.size + MESSAGE_OVERHEAD
+        return msg
+
+    def clear_pending(self) -> None:
+        self.pending.clear()
+        self.pending_bytes = 0
+
+    def held(self) -> int:
+        """Bytes the broker holds for this consumer: waiting copies and unwritten frames."""
+        return self.pending_bytes + self.conn.unwritten()
+
+    def trim(self, limit: int, max_bytes: int) -> int:
+        """Drop the oldest copies past ``limit`` messages or ``max_bytes`` held (never the
+        newest for its bytes: a message larger than ``max_bytes`` still goes); how many."""
+        dropped = 0
+        while len(self.pending) > limit or (len(self.pending) > 1 and self.held() > max_bytes):
+            self.take()
+            dropped += 1
+        self.dropped += dropped
+        return dropped

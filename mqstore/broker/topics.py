@@ -1,12 +1,15 @@
 """A topic: every subscriber gets a copy; durable subscriptions keep theirs in the store.
 
 A topic message is stored (once) only while the topic has a durable subscription.
-Non-durable subscribers get in-memory copies, bounded per subscriber.
+Non-durable subscribers get in-memory copies, bounded per subscriber in bytes: producers to
+the topic wait while a subscriber holds too much (ActiveMQ's producer flow control), or,
+when ``topic_pending_limit`` opts in, the subscriber's oldest copies are dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,6 +24,39 @@ from mqstore.store.model import Outcome, SubscriptionKey
 if TYPE_CHECKING:
     from mqstore.broker.server import Broker
 
+log = logging.getLogger(__name__)
+
+#: Seconds between two warnings about slow subscribers of one topic.
+SLOW_WARNING_INTERVAL = 30.0
+
+
+class ProducerGate:
+    """Where producers to a topic wait while one of its subscribers holds too much."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.waiting = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def wait(self, stop: Callable[[], bool]) -> None:
+        """Return once the gate is open, or ``stop()`` is true when woken."""
+        self.waiting += 1
+        try:
+            while self.closed and not stop():
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._waiters.append(fut)
+                await fut
+        finally:
+            self.waiting -= 1
+
+    def open(self) -> None:
+        """Let every waiting producer go on."""
+        self.closed = False
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
 
 class Topic:
     """One topic destination (``topic://NAME``)."""
@@ -34,7 +70,10 @@ class Topic:
         self.stored: deque[tuple[int, int, int]] = deque()
         self.enqueued = 0
         self.dequeued = 0
+        self.dropped = 0  # copies dropped for slow subscribers (topic_pending_limit only)
+        self.gate = ProducerGate()
         self._scheduled = False
+        self._warned_at = float("-inf")
 
     @property
     def needs_store(self) -> bool:
@@ -46,9 +85,14 @@ class Topic:
         self.enqueued += 1
         if msg.store_id is not None and self.broker.counts_in_usage(msg):
             self.stored.append((msg.store_id, msg.store_priority, msg.size))
-        limit = self.broker.config.topic_pending_limit
+        cfg = self.broker.config
         for c in self.consumers:
-            c.push(msg, limit)
+            c.push(msg)
+            if cfg.topic_pending_limit > 0:
+                self._drop_oldest(c, cfg.topic_pending_limit)
+            elif not self.gate.closed and c.held() > cfg.topic_high_water:
+                self.gate.closed = True
+                self._warn_slow(c, "producers to the topic wait until it catches up")
         for sub in self.durables.values():
             sub.offer(msg)
         if self.consumers:
@@ -66,7 +110,8 @@ class Topic:
             self.consumers.remove(consumer)
         for d in list(consumer.in_flight.values()):
             consumer.settle(d)
-        consumer.pending.clear()
+        consumer.clear_pending()
+        self._maybe_open()
 
     def kick(self) -> None:
         """Schedule a dispatch pass (coalesced)."""
@@ -79,10 +124,38 @@ class Topic:
         now = int(time.time() * 1000)
         for c in self.consumers:
             while c.pending and c.credit() > 0:
-                msg = c.pending.popleft()
+                msg = c.take()
                 if msg.expired(now):
                     continue
-                c.deliver(msg)
+                if c.deliver(msg) is None:
+                    self.dequeued += 1  # auto ack: consumed once sent
+        self._maybe_open()
+
+    # -- slow subscribers -----------------------------------------------------------------
+    def _maybe_open(self) -> None:
+        """Let producers go on once every subscriber holds less than the low-water mark."""
+        if self.gate.closed:
+            low = self.broker.config.topic_low_water
+            if all(c.held() < low for c in self.consumers):
+                self.gate.open()
+
+    def _drop_oldest(self, consumer: Consumer, limit: int) -> None:
+        """``topic_pending_limit`` mode: the oldest copies go past the limit (ActiveMQ's
+        pending message limit strategy), or past the high-water mark in bytes."""
+        dropped = consumer.trim(limit, self.broker.config.topic_high_water)
+        if dropped:
+            self.dropped += dropped
+            self._warn_slow(consumer, f"dropped its {consumer.dropped} oldest message(s) so far")
+
+    def _warn_slow(self, consumer: Consumer, what: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at < SLOW_WARNING_INTERVAL:
+            return
+        self._warned_at = now
+        log.warning(
+            "subscriber %r of %s on connection %s appears to be slow (%d bytes held): %s",
+            consumer.sub_id, self.container, consumer.conn.peer, consumer.held(), what,
+        )  # fmt: skip
 
     def settle_work(
         self, msgs: list[BrokerMessage], outcome: Outcome = Outcome.ACKNOWLEDGED
@@ -107,7 +180,7 @@ class Topic:
             if policy.exceeded(copy.redelivery_counter):
                 poison.append(copy)
             else:
-                d.consumer.pending.appendleft(copy)
+                d.consumer.put_back(copy)
         if poison:
             self.broker.dead_letter(self, poison, Outcome.DEAD_LETTERED)
         self.kick()
@@ -134,4 +207,8 @@ class Topic:
             "dequeued": self.dequeued,
             "durable_subscriptions": len(self.durables),
             "durable_backlog": sum(d.backlog for d in self.durables.values()),
+            "pending_messages": sum(len(c.pending) for c in self.consumers),
+            "pending_bytes": sum(c.held() for c in self.consumers),
+            "dropped": self.dropped,
+            "blocked_producers": self.gate.waiting,
         }
