@@ -7,11 +7,13 @@ Each test gets its own database: a clone of a template migrated once per session
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,28 +58,58 @@ def pg_admin_dsn() -> Iterator[str]:
 
 
 def _throwaway_server() -> Iterator[str]:
-    """PostgreSQL from the binaries the ``pgserver`` package ships, on a free loopback port.
+    """A :class:`ThrowawayServer` for the whole session."""
+    server = ThrowawayServer()
+    try:
+        yield server.dsn
+    finally:
+        server.close()
+
+
+class ThrowawayServer:
+    """A private PostgreSQL cluster from the binaries the ``pgserver`` package ships, on a
+    free loopback port, that a test may stop, restart or crash (``pg_ctl``).
 
     pgserver initialises the data directory (as its own system user when run as root, since
     PostgreSQL refuses root); the server is then started on TCP, which ActiveMQ's and
     Spark's JDBC drivers need.
     """
-    import pgserver
-    from pgserver import _commands
 
-    tmp = Path(tempfile.mkdtemp(prefix="mqs-pg-", dir="/tmp"))
-    pgserver.get_server(tmp, cleanup_mode="stop").cleanup()  # initdb, then stop
-    user = "pgserver" if os.geteuid() == 0 else None
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    options = f"-h 127.0.0.1 -p {port} -k {tmp} -c fsync=off"
-    _commands.pg_ctl(["-w", "-o", options, "-l", str(tmp / "log"), "start"], pgdata=tmp, user=user)
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=tmp, user=user)
-        shutil.rmtree(tmp, ignore_errors=True)
+    def __init__(self) -> None:
+        import pgserver
+
+        self.dir = Path(tempfile.mkdtemp(prefix="mqs-pg-", dir="/tmp"))
+        pgserver.get_server(self.dir, cleanup_mode="stop").cleanup()  # initdb, then stop
+        self.user = "pgserver" if os.geteuid() == 0 else None
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.start()
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pgserver import _commands
+
+        _commands.pg_ctl(["-w", *args], pgdata=self.dir, user=self.user)
+
+    def start(self) -> None:
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off"
+        self._pg_ctl("-o", options, "-l", str(self.dir / "log"), "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m mode``: ``fast`` ends every session; ``immediate`` crashes."""
+        self._pg_ctl("-m", mode, "stop")
+
+    def restart(self, mode: str = "fast", down_s: float = 0.0) -> None:
+        """Stop (ending every session), stay down ``down_s`` seconds, start again."""
+        self.stop(mode)
+        time.sleep(down_s)
+        self.start()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _counter = itertools.count()
@@ -192,3 +224,21 @@ def activemq_engine(empty_engine: Engine) -> Engine:
 def count_rows(engine: Engine, table: str) -> int:
     with engine.connect() as conn:
         return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
+
+
+@contextlib.contextmanager
+def database_away(engine: Engine, databases: Databases) -> Iterator[None]:
+    """The test database refuses new connections and its sessions are ended, then returns."""
+    name = engine.url.database
+    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))
+        )
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                      (name,))  # fmt: skip
+        try:
+            yield
+        finally:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
+            )

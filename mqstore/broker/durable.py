@@ -44,7 +44,8 @@ class DurableSub:
         self.waiting = IdsByPriority()  # stored, pending or unacked: LAST_ACKED_ID stays below
         self.acked_pending = IdsByPriority()  # acked, LAST_ACKED_ID not yet past them
         self.base_acked = last_acked
-        self.last_acked: dict[int, int] = {}
+        self.last_acked: dict[int, int] = {}  # LAST_ACKED_ID per priority, as written
+        self._confirmed: dict[int, int] = {}  # ... and as the store confirmed it
         self.backlog = backlog
         self.delivered: set[int] = set()  # sent, not acked: redelivered if sent again
         self._paging = False
@@ -164,7 +165,7 @@ class DurableSub:
                 auto.append(msg)
         for batch in (auto, expired):
             if batch:
-                self.topic.broker.submit(*self.settle_work(batch))
+                self._submit_settle(batch)
         window = self.topic.broker.config.memory_window
         if not self.exhausted and not self._paging and len(self.pending) <= window // 2:
             self._paging = True
@@ -201,6 +202,10 @@ class DurableSub:
         self.kick()
 
     # -- settlement -------------------------------------------------------------------------
+    def _submit_settle(self, msgs: list[BrokerMessage]) -> None:
+        op, finish = self.settle_work(msgs)
+        self.topic.broker.submit(op, finish, failed=lambda: self.unsettled(msgs))
+
     def settle_work(
         self, msgs: list[BrokerMessage], outcome: Outcome = Outcome.ACKNOWLEDGED
     ) -> tuple[Op, Callable[[], None]]:
@@ -228,7 +233,12 @@ class DurableSub:
                 self.last_acked[prio] = mark
                 op.acks.append(Ack(self.key, mark, prio))
 
+        marks = [(a.priority, a.message_id) for a in op.acks]
+
         def finish() -> None:
+            for prio, mark in marks:
+                self._confirmed[prio] = max(self._confirmed.get(prio, mark), mark)
+                self.last_acked[prio] = max(self.acked_upto(prio), mark)
             self.backlog = max(0, self.backlog - len(stored))
             self.topic.dequeued += len(msgs)
             self.topic.release_usage()
@@ -238,6 +248,24 @@ class DurableSub:
 
     def removed(self, msgs: list[BrokerMessage]) -> None:
         """Nothing to do: :meth:`settle_work` already moved LAST_ACKED_ID."""
+
+    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+        """An ack or NACK did not reach the store: LAST_ACKED_ID goes back to what the store
+        confirmed, and the messages are delivered again (acks of others that went with the
+        failed write are forgotten: those messages may come again, never go missing)."""
+        self.last_acked = {p: max(v, self.base_acked) for p, v in self._confirmed.items()}
+        stored = [m for m in msgs if m.store_id is not None]
+        for m in stored:
+            assert m.store_id is not None
+            self.acked_pending.discard(m.store_id)
+        if self.consumer is None:
+            return  # the next attach reads the subscription from the store again
+        for m in reversed(stored):
+            assert m.store_id is not None
+            self.tracked.add(m.store_id)
+            self.waiting.add(m.store_id, m.store_priority)
+            self.pending.appendleft(m)
+        self.kick()
 
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Aborted acks: the subscriber gets the messages again (or the DLQ past the limit)."""

@@ -306,7 +306,7 @@ class Handlers:
         else:
             op, finish = dest.settle_work(msgs)
             op.lazy = frame.get("receipt") is None
-            fut = self.broker.submit(op, finish)
+            fut = self.broker.submit(op, finish, failed=lambda: dest.unsettled(msgs))
         if frame.get("receipt") is not None:
             await asyncio.shield(fut)
         self.receipt(frame)
@@ -359,6 +359,8 @@ class Handlers:
         except BaseException:
             for m in stored:  # nothing was stored
                 broker.usage.release(m.size)
+            for dest, msgs in by_dest.values():  # nor consumed
+                dest.unsettled(msgs)
             raise
         for m, ident in zip(stored, ids, strict=True):
             broker.stored(m, ident)

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: Seconds before a message whose ACK, NACK or expiry failed to reach the store comes back.
+UNSETTLED_RETRY_S = 1.0
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -143,7 +147,7 @@ class Queue:
             if delivery is None:
                 auto.append(msg)
         if auto:
-            self.broker.submit(*self.settle_work(auto))
+            self.broker.submit(*self.settle_work(auto), failed=lambda: self.unsettled(auto))
         self._maybe_page()
 
     def _unrenderable(self, msg: BrokerMessage, exc: UnrenderableError) -> None:
@@ -261,6 +265,17 @@ class Queue:
         heapq.heapify(keep)
         self.pending = keep
         return out
+
+    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+        """Messages whose consumption failed to reach the store come back, after a pause
+        (the store is likely still away), unless they left the queue meanwhile."""
+
+        def back() -> None:
+            for m in msgs:
+                if m.store_id is None or m.store_id in self.tracked:
+                    self.requeue(m)
+
+        asyncio.get_running_loop().call_later(UNSETTLED_RETRY_S, back)
 
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Unacknowledged deliveries return with redelivery counter + 1 (or go to the DLQ)."""

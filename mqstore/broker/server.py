@@ -167,12 +167,20 @@ class Broker:
 
         return noted
 
-    def submit(self, op: Op, finish: Callable[[], None]) -> asyncio.Future[list[int]]:
-        """Queue store work; ``finish()`` runs once it is durable (failures are logged)."""
+    def submit(
+        self,
+        op: Op,
+        finish: Callable[[], None],
+        failed: Callable[[], None] | None = None,
+    ) -> asyncio.Future[list[int]]:
+        """Queue store work; ``finish()`` runs once it is durable, ``failed()`` if it failed
+        (the failure is logged)."""
 
         def done(ids: list[int] | None, exc: BaseException | None) -> None:
             if exc is not None:
                 log.error("store write failed: %s", exc)
+                if failed is not None:
+                    failed()
                 return
             finish()
 
@@ -227,7 +235,7 @@ class Broker:
         messages are consumed all the same.
         """
         op, finish = dest.settle_work(msgs, outcome)
-        move = _Move(op, finish, asyncio.get_running_loop().create_future())
+        move = _Move(op, finish, asyncio.get_running_loop().create_future(), dest, msgs)
         move.ids = [m.store_id for m in msgs if m.store_id is not None]
         self._hold(move.ids)
         for m in msgs:
@@ -265,6 +273,7 @@ class Broker:
             self._release(move.ids)
             if exc is not None or ids is None:
                 log.error("moving messages to the DLQ failed: %s", exc)
+                move.dest.unsettled(move.msgs)
                 _fail(move.result, exc or StoreError("the store returned no IDs"))
                 return
             for copy, ident in zip(move.copies, ids, strict=True):
@@ -286,6 +295,7 @@ class Broker:
             self._dlq_audit.difference_update(move.keys)
             self._release(move.ids)
             log.error("moving messages to the DLQ failed: %s", exc)
+            move.dest.unsettled(move.msgs)
             _fail(move.result, exc)
             return
         for copy in stored:
@@ -483,6 +493,8 @@ class _Move:
     op: Op
     finish: Callable[[], None]
     result: asyncio.Future[list[int]]
+    dest: Dispatcher  # where the messages are consumed from
+    msgs: list[BrokerMessage]  # the messages it consumes
     copies: list[BrokerMessage] = field(default_factory=list)
     keys: list[tuple[str, str, int]] = field(default_factory=list)  # audit entries it holds
     ids: list[int] = field(default_factory=list)  # store IDs of the messages it consumes

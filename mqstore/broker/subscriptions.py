@@ -63,6 +63,10 @@ class Dispatcher(Protocol):
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Unacknowledged deliveries return for redelivery."""
 
+    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+        """The store work of :meth:`settle_work` for ``msgs`` failed (the database was away):
+        they are still stored, so they come back for delivery."""
+
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach a consumer; its unsettled deliveries go back."""
 

@@ -168,6 +168,9 @@ class Topic:
 
         return Op(), finish
 
+    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+        """Nothing to take back: non-durable subscribers' acks do no store work."""
+
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Aborted acks of a live subscriber: redeliver to it (DLQ past the limit)."""
         policy = self.broker.config.redelivery

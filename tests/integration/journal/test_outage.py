@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import psycopg
 import pytest
 import sqlalchemy as sa
-from psycopg import sql
 from sqlalchemy.engine import Engine
 
 from mqstore.errors import MqstoreError
-from tests.conftest import Databases, count_rows
+from tests.conftest import Databases, count_rows, database_away
 from tests.integration.conftest import msg
 from tests.integration.journal.conftest import JournaledFactory
 
 Q = "queue://orders"
-
-
-@contextmanager
-def database_away(engine: Engine, databases: Databases) -> Iterator[None]:
-    """The test database refuses new connections and its sessions are ended, then returns."""
-    name = engine.url.database
-    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))
-        )
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                      (name,))  # fmt: skip
-        try:
-            yield
-        finally:
-            admin.execute(
-                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
-            )
 
 
 def test_its_own_new_producers_can_send_while_the_database_is_away(

@@ -1,0 +1,56 @@
+"""The database goes away while consumers settle: nothing is stranded until a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from mqstore.store.postgres import PostgresStore
+from tests.broker.conftest import FAST
+from tests.broker.harness import BrokerThread, connect, wait_until
+from tests.conftest import Databases, database_away
+
+
+@pytest.fixture
+def pg_broker(engine: Engine) -> Iterator[BrokerThread]:
+    store = PostgresStore(engine, cleanup_interval_s=0)
+    store.start()
+    broker = BrokerThread(store, FAST).start()
+    yield broker
+    broker.close()
+    store.stop()
+
+
+def test_a_message_whose_ack_failed_is_delivered_again_without_a_restart(
+    pg_broker: BrokerThread, engine: Engine, databases: Databases
+) -> None:
+    prod, _ = connect(pg_broker.port)
+    for i in range(3):
+        prod.send("/queue/work", f"m{i}", headers={"persistent": "true"}, receipt=f"s{i}")
+    prod.disconnect(receipt="bye")
+    cons, col = connect(pg_broker.port)
+    cons.subscribe("/queue/work", id="1", ack="client-individual", headers={
+        "activemq.prefetchSize": "1"})  # fmt: skip
+    first = col.wait_messages(1)[0]
+    assert first.body == "m0"
+    with database_away(engine, databases):
+        cons.ack(first.headers["ack"], receipt="a0")
+        assert col.wait(lambda: bool(col.errors)), "the failed ACK was receipted"
+    # The connection that saw the ERROR is gone; a new consumer on the same broker
+    # gets m0 again (it is still stored), then the rest, without a broker restart.
+    again, col2 = connect(pg_broker.port)
+    again.subscribe("/queue/work", id="2", ack="client-individual")
+
+    def acked_all() -> bool:
+        for m in list(col2.messages):
+            if m.headers.get("acked") != "yes":
+                again.ack(m.headers["ack"])
+                m.headers["acked"] = "yes"
+        return len(col2.messages) >= 3
+
+    assert wait_until(acked_all, timeout=15), [m.body for m in col2.messages]
+    assert sorted(m.body for m in col2.messages) == ["m0", "m1", "m2"]
+    again.disconnect(receipt="bye2")
+    assert wait_until(lambda: pg_broker.store.count("queue://work") == 0)
