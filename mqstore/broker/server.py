@@ -73,6 +73,7 @@ class Broker:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Load destinations and durable subscriptions, then listen on ``host:port``."""
         self.usage = StoreUsage(self.config.store_usage_limit)
+        self.store.new_producers(f"ID:{self.node}-")  # each connection's ProducerId
         self._writer = StoreWriter(self.store, self.config.max_batch)
         self._writer.start()
         await self._load()

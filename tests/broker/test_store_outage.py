@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import Engine
 
+from mqstore.db import create_engine
 from mqstore.store.postgres import PostgresStore
 from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread, connect, wait_until
-from tests.conftest import Databases, database_away
+from tests.conftest import Databases, count_rows, database_away
 
 
 @pytest.fixture
@@ -54,3 +56,35 @@ def test_a_message_whose_ack_failed_is_delivered_again_without_a_restart(
     assert sorted(m.body for m in col2.messages) == ["m0", "m1", "m2"]
     again.disconnect(receipt="bye2")
     assert wait_until(lambda: pg_broker.store.count("queue://work") == 0)
+
+
+def test_a_new_connection_sends_to_the_journal_while_the_database_is_away(
+    engine: Engine, databases: Databases, tmp_path: Path
+) -> None:
+    from journal.store import JournaledStore
+
+    store = JournaledStore(
+        PostgresStore(engine, cleanup_interval_s=0), tmp_path / "journal", shared_lock=False
+    )
+    store.start()
+    broker = BrokerThread(store, FAST).start()
+    try:
+        with database_away(engine, databases):
+            prod, col = connect(broker.port)
+            prod.send("/queue/later", "kept", headers={"persistent": "true"}, receipt="r")
+            assert col.wait(lambda: "r" in col.receipts or bool(col.errors)), "no answer"
+            assert col.receipts == ["r"], [e.headers.get("message") for e in col.errors]
+            prod.disconnect()
+        # The checkpoint applies it once the database is back
+        observer = create_engine(databases.dsn_for(str(engine.url.database)))
+        try:
+            assert wait_until(lambda: count_rows(observer, "activemq_msgs") == 1, timeout=15)
+        finally:
+            observer.dispose()
+        cons, got = connect(broker.port)
+        cons.subscribe("/queue/later", id="1", ack="auto")
+        assert [m.body for m in got.wait_messages(1)] == ["kept"]
+        cons.disconnect()
+    finally:
+        broker.close()
+        store.stop()
