@@ -12,6 +12,7 @@ from mqstore.broker.messages import BrokerMessage, container_of, from_send
 from mqstore.broker.subscriptions import ACK_MODES, Consumer, Delivery
 from mqstore.broker.transactions import Transaction
 from mqstore.broker.writer import Op
+from mqstore.errors import DatabaseUnavailableError, LockError
 from mqstore.openwire import ProducerId
 from mqstore.store.model import Outcome
 
@@ -154,7 +155,8 @@ class Handlers:
                 self._settled.set()
             if exc is not None or not ids:
                 broker.usage.release(msg.size)
-                self.error(f"the message could not be stored: {exc}", frame)
+                why = for_client(exc) if exc is not None else "the store returned no ID"
+                self.error(f"the message could not be stored: {why}", frame)
                 return
             broker.stored(msg, ids[0])
             broker.route(msg)
@@ -396,6 +398,18 @@ class Handlers:
     async def on_disconnect(self, frame: Frame) -> None:
         self.receipt(frame)
         self.closing = True
+
+
+def for_client(exc: BaseException) -> str:
+    """What an ERROR frame says about ``exc``: the store's own trouble (its database away,
+    the master lock lost) in words for a client, with no server names (those are logged)."""
+    if isinstance(exc, DatabaseUnavailableError):
+        log.warning("store unavailable: %s", exc)
+        return "the broker's store is unavailable; nothing of this frame was done, try again later"
+    if isinstance(exc, LockError):
+        log.warning("not master: %s", exc)
+        return "this broker is not the master any more; reconnect to the master"
+    return str(exc)
 
 
 def _authentic(users: dict[str, str], login: str | None, passcode: str | None) -> bool:

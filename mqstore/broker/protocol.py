@@ -13,7 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from mqstore.broker.frames import Frame, FrameError, FrameParser, encode_frame
-from mqstore.broker.handlers import Handlers
+from mqstore.broker.handlers import Handlers, for_client
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.transactions import Transaction
 from mqstore.errors import MqstoreError
@@ -253,7 +253,7 @@ class Connection(Handlers):
                 try:
                     await self.handle(frame)
                 except (ProtocolError, FrameError, MqstoreError) as exc:
-                    self.error(str(exc), frame)
+                    self.error(for_client(exc), frame)
                     return
                 if self.closing:
                     return

@@ -40,6 +40,9 @@ def test_a_message_whose_ack_failed_is_delivered_again_without_a_restart(
     with database_away(engine, databases):
         cons.ack(first.headers["ack"], receipt="a0")
         assert col.wait(lambda: bool(col.errors)), "the failed ACK was receipted"
+    told = col.errors[0].headers["message"]
+    assert "store is unavailable" in told  # in words for a client: no server names
+    assert str(engine.url.host) not in told and str(engine.url.database) not in told
     # The connection that saw the ERROR is gone; a new consumer on the same broker
     # gets m0 again (it is still stored), then the rest, without a broker restart.
     again, col2 = connect(pg_broker.port)
