@@ -31,7 +31,7 @@ from mqstore.broker.queues import Queue
 from mqstore.broker.subscriptions import Consumer, Dispatcher
 from mqstore.broker.topics import Topic
 from mqstore.broker.writer import Done, Op, StoreWriter
-from mqstore.errors import DuplicateMessageError, StoreError
+from mqstore.errors import DuplicateMessageError, MqstoreError, StoreError
 from mqstore.store.model import Outcome, Removal, SubscriptionKey
 from mqstore.store.port import Store
 
@@ -140,12 +140,25 @@ class Broker:
             self._conn_tasks.discard(task)
 
     async def _every(self, seconds: float, job: Any) -> None:
+        """Run ``job`` every ``seconds``. While it keeps failing with the same kind of mqstore
+        error (the database away), that is logged once a minute, without a traceback."""
+        failing: str | None = None
+        last_logged = 0.0
         while True:
             await asyncio.sleep(seconds)
             try:
                 await job()
+            except MqstoreError as exc:  # a known condition: one line
+                now = time.monotonic()
+                if type(exc).__name__ != failing or now - last_logged >= 60:
+                    log.error("%s failed: %s", job.__name__, exc)
+                    failing, last_logged = type(exc).__name__, now
             except Exception:
-                log.exception("periodic broker job failed")
+                log.exception("periodic broker job %s failed", job.__name__)
+            else:
+                if failing is not None:
+                    log.info("%s works again", job.__name__)
+                failing = None
 
     # -- services for destinations and connections ------------------------------------------
     def next_seq(self) -> int:

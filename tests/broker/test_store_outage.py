@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,3 +93,15 @@ def test_a_new_connection_sends_to_the_journal_while_the_database_is_away(
     finally:
         broker.close()
         store.stop()
+
+
+def test_an_outage_is_logged_once_not_every_sweep(
+    pg_broker: BrokerThread, engine: Engine, databases: Databases, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mqstore.broker")
+    with database_away(engine, databases):
+        time.sleep(1.5)  # about seven expiry sweeps (every 0.2 s)
+    assert wait_until(lambda: any("works again" in r.message for r in caplog.records))
+    failed = [r for r in caplog.records if "sweep_expired failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is None
+    assert "store unavailable" not in failed[0].getMessage()
