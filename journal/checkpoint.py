@@ -43,10 +43,8 @@ class CheckpointResult:
 def read_position(pg: PostgresStore, journal_id: str) -> Position | None:
     """The checkpoint position stored for ``journal_id``, if any."""
     j = pg.schema.journal
-    with pg.engine.connect() as conn:
-        row = conn.execute(
-            sa.select(j.c.segment, j.c.position).where(j.c.journal_id == journal_id)
-        ).first()
+    query = sa.select(j.c.segment, j.c.position).where(j.c.journal_id == journal_id)
+    row = pg.read(lambda conn: conn.execute(query).first())
     return Position(int(row[0]), int(row[1])) if row else None
 
 

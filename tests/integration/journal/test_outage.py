@@ -28,3 +28,14 @@ def test_its_own_new_producers_can_send_while_the_database_is_away(
         stored = conn.execute(sa.text("SELECT id, msgid_prod FROM activemq_msgs")).all()
     assert stored == [(ids[0], "ID:this-broker-7:1:1")]
     assert count_rows(engine, "activemq_msgs") == 1
+
+
+def test_reading_the_checkpoint_position_without_a_database_is_a_store_error(
+    make_journaled: JournaledFactory, engine: Engine, databases: Databases
+) -> None:
+    from journal.checkpoint import read_position
+    from mqstore.errors import DatabaseUnavailableError
+
+    store = make_journaled()
+    with database_away(engine, databases), pytest.raises(DatabaseUnavailableError):
+        read_position(store.pg, store.journal_id)
