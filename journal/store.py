@@ -44,7 +44,12 @@ from journal.support import (
     read_journal_id,
 )
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
-from mqstore.errors import MessageNotFoundError, StoreClosedError
+from mqstore.errors import (
+    DatabaseUnavailableError,
+    LockLostError,
+    MessageNotFoundError,
+    StoreClosedError,
+)
 from mqstore.store.model import (
     Ack,
     Batch,
@@ -223,7 +228,14 @@ class JournaledStore(MergedReads):
         if self._thread is not None:
             self._thread.join(timeout=30)
         try:
-            if checkpoint:
+            if checkpoint and not self._holds_lock():
+                log.warning(
+                    "no final journal checkpoint: this broker does not hold the master lock "
+                    "(%s); what it journaled stays in %s for its next start to apply",
+                    self.pg.locker.lost_reason or "its lease could not be renewed",
+                    self.journal_dir,
+                )
+            elif checkpoint:
                 self.checkpoint()
         finally:
             self._started = False
@@ -238,14 +250,48 @@ class JournaledStore(MergedReads):
             raise StoreClosedError("the journaled store is not started (call start() first)")
 
     # ------------------------------------------------------------------ checkpoint
+    def _holds_lock(self) -> bool:
+        return not self.pg.lock_lost and self.pg.locker.is_held()
+
     def _checkpoint_loop(self) -> None:
+        """Checkpoint every interval (or when woken). While the lease cannot be renewed
+        (the database does not answer) checkpoints pause, and resume once it is; when
+        another broker took the lock they stop: the journal keeps its records for the next
+        start, which applies them once this broker holds the lock again."""
+        paused = False  # the lock was not held at the last turn
+        failing = False  # the last checkpoint failed for want of the database or the lock
         while not self._stopping.is_set():
             self._wake.wait(self.checkpoint_interval_s)
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            if self.pg.lock_lost:
+                log.warning(
+                    "journal checkpoints stopped: this broker lost the master lock; what it "
+                    "journaled stays in %s for its next start to apply",
+                    self.journal_dir,
+                )
+                return
+            if not self.pg.locker.is_held():
+                if not paused:
+                    log.warning(
+                        "journal checkpoints paused: the lease could not be renewed; they "
+                        "resume once it is"
+                    )
+                paused = True
+                self._stopping.wait(min(1.0, self.checkpoint_interval_s))
+                continue
+            if paused:
+                log.info("journal checkpoints resume: the lease is renewed")
+                paused = False
             try:
                 self.checkpoint()
+                failing = False
+            except (DatabaseUnavailableError, LockLostError) as exc:
+                if not failing:  # one line per outage, not a traceback per retry
+                    log.warning("journal checkpoint failed; retrying: %s", exc)
+                failing = True
+                self._stopping.wait(min(1.0, self.checkpoint_interval_s))
             except Exception:  # keep checkpointing; the state stays until one succeeds
                 log.exception("journal checkpoint failed; retrying")
                 self._stopping.wait(min(1.0, self.checkpoint_interval_s))

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,7 @@ from mqstore.broker import Broker, BrokerConfig, eventloop
 from mqstore.broker.config import RedeliveryPolicy
 from mqstore.broker.frames import Limits
 from mqstore.embedded import EmbeddedPostgres
-from mqstore.errors import ConfigError
+from mqstore.errors import ConfigError, LockLostError
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
 from mqstore.schema import build_schema
 from mqstore.settings import Settings
@@ -86,12 +86,23 @@ def build_locker(settings: Settings, engine: Engine) -> Locker:
     return NoLocker()
 
 
-def build_store(settings: Settings, engine: Engine, locker: Locker | None = None) -> Store:
-    """A PostgreSQL store, wrapped by the journal when ``settings.journal`` is on."""
+def build_store(
+    settings: Settings,
+    engine: Engine,
+    locker: Locker | None = None,
+    *,
+    on_lock_lost: Callable[[], None] | None = None,
+) -> Store:
+    """A PostgreSQL store, wrapped by the journal when ``settings.journal`` is on.
+
+    ``on_lock_lost`` is called once, from the store's keeper thread, when another broker
+    took the master lock (not while the database merely does not answer).
+    """
     pg = PostgresStore(
         engine,
         prefix=settings.table_prefix,
         locker=locker if locker is not None else build_locker(settings, engine),
+        on_lock_lost=on_lock_lost,
         prioritized=settings.prioritized_messages,
         history=settings.history,
         history_bodies=settings.history_bodies,
@@ -171,7 +182,13 @@ def read_users(path: Path) -> dict[str, str]:
 
 
 def serve(settings: Settings, host: str, port: int) -> None:
-    """Run the STOMP broker on the store until SIGTERM/SIGINT, then shut down gracefully."""
+    """Run the STOMP broker on the store until SIGTERM/SIGINT, then shut down gracefully.
+
+    A broker deposed by another (its lock taken) stops as ActiveMQ's does: it stops
+    listening, closes its client connections and raises :class:`LockLostError`, so the
+    command exits non-zero for a supervisor to restart it (it then waits as a standby).
+    A database that does not answer for a while deposes nobody.
+    """
     config = broker_config(settings)  # bad settings fail before the database starts
     with open_database(settings) as database:
         if database.embedded is not None:
@@ -179,23 +196,48 @@ def serve(settings: Settings, host: str, port: int) -> None:
 
             migrate.upgrade(database.engine, settings.table_prefix)
         stop = threading.Event()
+        deposed = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        store = build_store(settings, database.engine)
+
+        def lock_lost() -> None:  # from the store's keeper thread
+            deposed.set()
+            stop.set()
+
+        store = build_store(settings, database.engine, on_lock_lost=lock_lost)
+        pg = _postgres_of(store)
         log.info("waiting for the master lock (%s)", settings.lock)
         try:
-            if isinstance(store, PostgresStore):
-                store.start(stop)  # a standby waits here until it is master (or SIGTERM)
-            else:
-                store.start()
+            pg.start(stop)  # a standby waits here until it is master (or SIGTERM)
+            if store is not pg:
+                store.start()  # the journal: replayed onto the started database store
         except Exception:
-            if stop.is_set():
+            if stop.is_set() and not deposed.is_set():
                 return
             raise
         try:
             eventloop.run(_run_broker(Broker(store, config), host, port, stop), settings.event_loop)
         finally:
             store.stop()
+        if deposed.is_set():
+            raise LockLostError(
+                f"this broker stopped: it lost the master lock ({pg.locker.lost_reason or 'taken'})"
+                + (
+                    "; restart it to apply its journal once it can hold the lock again"
+                    if store is not pg
+                    else "; restart it to wait as a standby"
+                )
+            )
+
+
+def _postgres_of(store: Store) -> PostgresStore:
+    """The database store under ``store`` (itself, or the one the journal wraps)."""
+    if isinstance(store, PostgresStore):
+        return store
+    from journal.store import JournaledStore
+
+    assert isinstance(store, JournaledStore)
+    return store.pg
 
 
 async def _run_broker(broker: Broker, host: str, port: int, stop: threading.Event) -> None:

@@ -62,6 +62,10 @@ class LockLostError(LockError):
     """This store lost the master lock; it stopped writing at once."""
 
 
+class LeaseNotRenewedError(LockLostError, DatabaseUnavailableError):
+    """The database did not answer before the lease ran out: writes wait for a renewal."""
+
+
 class NotMasterError(LockError):
     """A write was attempted by a store that does not hold the master lock."""
 

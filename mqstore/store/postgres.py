@@ -18,11 +18,12 @@ from mqstore.db import ByteaArray, check_connection, describe_connect_error
 from mqstore.errors import (
     DatabaseUnavailableError,
     DuplicateMessageError,
+    LeaseNotRenewedError,
     LockLostError,
     MessageNotFoundError,
     StoreClosedError,
 )
-from mqstore.lock import Locker, NoLocker
+from mqstore.lock import Locker, NoLocker, Renewal
 from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
 from mqstore.store.commit_connections import CommitConnections
 from mqstore.store.history import TrimBound, trim_history
@@ -92,6 +93,7 @@ class PostgresStore:
         self._last_id = 0
         self._inflight: dict[int, int] = {}  # first ID of an uncommitted add batch -> count
         self._started = False
+        self._lock_lost = False
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._counters: dict[str, float] = {"added": 0, "removed": 0, "acked": 0, "cleaned": 0}
@@ -109,6 +111,11 @@ class PostgresStore:
     def started(self) -> bool:
         return self._started
 
+    @property
+    def lock_lost(self) -> bool:
+        """Deposed: the keeper found the lock taken (or ended); this store never writes again."""
+        return self._lock_lost
+
     def start(self, stop: threading.Event | None = None) -> None:
         """Check the database, wait for the master lock, resume the ID sequence."""
         check_connection(self.engine)
@@ -120,8 +127,11 @@ class PostgresStore:
             self._last_id = int(conn.execute(self.sql.last_sequence).scalar_one())
         self._stopping.clear()
         self._commits.reopen()
+        self._lock_lost = False
         self._started = True
-        self._spawn("mqstore-lock-keeper", self._keep_lock, self.locker.renew_interval_s)
+        keeper = threading.Thread(target=self._keep_lock, name="mqstore-lock-keeper", daemon=True)
+        keeper.start()
+        self._threads.append(keeper)
         if self.cleanup_interval_s > 0:
             self._spawn("mqstore-cleanup", self._periodic_cleanup, self.cleanup_interval_s)
         log.info("store started (prefix %r, last ID %d)", self.prefix, self._last_id)
@@ -151,13 +161,42 @@ class PostgresStore:
         self._threads.append(thread)
 
     def _keep_lock(self) -> None:
-        if not self.locker.keep_alive():
-            log.error(
-                "no longer master (lock %s lost): this store stopped writing", self.schema.lock.name
-            )
-            self._stopping.set()
-            if self.on_lock_lost is not None:
-                self.on_lock_lost()
+        """Renew the lock every ``renew_interval_s`` until the store stops or is deposed.
+
+        A renewal the database did not answer is retried every second or so: the lease stays
+        ours until its local deadline, writes are then refused (``check_writable``), and the
+        first renewal that gets through resumes them if no other broker took the lease. Only
+        a lock another broker holds (or that ended) deposes the store: found by a renewal,
+        or within a second by a write's fence. Its background work then stops, writes are
+        refused for good and ``on_lock_lost`` is called, once.
+        """
+        renew_s = self.locker.renew_interval_s
+        tick_s = min(1.0, renew_s)
+        due = time.monotonic() + renew_s
+        while not self._stopping.wait(max(0.0, min(tick_s, due - time.monotonic()))):
+            if self.locker.lost_reason:
+                break  # a write's fence found the lock taken
+            if time.monotonic() < due:
+                continue
+            started = time.monotonic()
+            try:
+                outcome = self.locker.renew()
+            except Exception:  # the keeper must outlive one failed renewal
+                log.exception("lock renewal failed; retrying in %.1f s", tick_s)
+                outcome = Renewal.UNREACHABLE
+            if outcome is Renewal.LOST:
+                break
+            due = started + (renew_s if outcome is Renewal.KEPT else tick_s)
+        else:
+            return
+        self._lock_lost = True
+        log.error(
+            "no longer master: %s; this store stopped writing",
+            self.locker.lost_reason or f"the lock {self.schema.lock.name} was lost",
+        )
+        self._stopping.set()
+        if self.on_lock_lost is not None:
+            self.on_lock_lost()
 
     def _periodic_cleanup(self) -> None:
         try:
@@ -191,9 +230,17 @@ class PostgresStore:
         if not self._started:
             raise StoreClosedError("the store is not started (call start() first)")
         if not self.locker.is_held():
-            raise LockLostError(
-                f"this store no longer holds the master lock on {self.schema.lock.name}; "
-                "it stopped writing. Restart it to wait as a slave."
+            lost = self.locker.lost_reason
+            if lost or self._lock_lost:
+                raise LockLostError(
+                    f"this store no longer holds the master lock on {self.schema.lock.name}"
+                    f"{f' ({lost})' if lost else ''}; it stopped writing. Restart it to wait "
+                    "as a slave."
+                )
+            raise LeaseNotRenewedError(
+                f"this store cannot renew its lease on {self.schema.lock.name}: the database "
+                "did not answer before the lease ran out, so writes are refused until a "
+                "renewal gets through (it keeps the lease if no other broker took it)"
             )
 
     @contextmanager

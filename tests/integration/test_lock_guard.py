@@ -1,26 +1,69 @@
 """The lease guard and fence: fast takeover from a dead mqstore master, never from a live or
-an ActiveMQ one, and a deposed master cannot commit."""
+an ActiveMQ one, nor after every session ended; a deposed master cannot commit; a lease the
+database could not renew fences writes until it can; a journaled broker's own lease."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from mqstore.errors import LockLostError
-from mqstore.lock import LeaseLocker, read_lock
+from mqstore.db import libpq_dsn
+from mqstore.errors import DatabaseUnavailableError, LockError, LockLostError
+from mqstore.lock import GUARD_GRACE_MS, ExclusiveLease, LeaseLocker, read_lock
 from mqstore.schema import build_schema
 from mqstore.store import NewMessage, PostgresStore
-from tests.integration.conftest import msg
+from tests.broker.harness import wait_until
+from tests.conftest import Databases, database_away
+from tests.integration.conftest import StoreFactory, make_store, msg  # noqa: F401 (fixture)
 
 SCHEMA = build_schema("")
 
 
 def _locker(engine: Engine, name: str, lease_ms: int = 4000) -> LeaseLocker:
     return LeaseLocker(engine, SCHEMA, name, lease_ms=lease_ms, renew_ms=1000, poll_ms=100)
+
+
+def _server_up_long_enough(engine: Engine) -> None:
+    """A holder proves its guard was open only by renewing a while after the server started
+    (GUARD_GRACE_MS): on a server started just now, wait until that holds."""
+    with engine.connect() as conn:
+        up = conn.execute(
+            sa.text("SELECT extract(epoch FROM clock_timestamp() - pg_postmaster_start_time())")
+        ).scalar_one()
+    time.sleep(max(0.0, GUARD_GRACE_MS / 1000 + 1 - float(up)))
+
+
+def _holder(engine: Engine) -> object:
+    """The lock row's BROKER_NAME, read on a new session (pooled ones may have been ended)."""
+    with psycopg.connect(libpq_dsn(engine.url)) as conn:
+        return conn.execute("SELECT broker_name FROM activemq_lock").fetchone()
+
+
+def _guard_open(engine: Engine, holder: str) -> bool:
+    name = _locker(engine, holder).guard_name(holder)
+    with psycopg.connect(libpq_dsn(engine.url)) as conn:
+        rows = conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchall()
+    return len(rows) == 1
+
+
+def _end_sessions(
+    databases: Databases, engine: Engine, application_name: str | None = None
+) -> None:
+    """End the test database's sessions (those of ``application_name`` only, if given): what
+    a database restart does to every session, or a dropped connection to one."""
+    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid() AND (%s::text IS NULL OR application_name = %s)",
+            (engine.url.database, application_name, application_name),
+        )
 
 
 def _acquire_in_background(locker: LeaseLocker) -> tuple[threading.Event, threading.Event]:
@@ -63,7 +106,50 @@ def test_holder_without_a_guard_is_waited_out_like_activemq(engine: Engine) -> N
     standby.release()
 
 
+def test_a_standby_does_not_take_over_when_every_session_ended(
+    engine: Engine, databases: Databases
+) -> None:
+    """As after a database restart: the master's guard ended, but so did the standby's own
+    session, so the guard's end proves nothing about the master. The master opens its guard
+    again at once; a death after that is noticed at once again."""
+    master = LeaseLocker(engine, SCHEMA, "m1", lease_ms=30_000, renew_ms=5000, poll_ms=100)
+    assert master.acquire(threading.Event())
+    standby = _locker(engine, "m2", lease_ms=30_000)
+    got, stop = _acquire_in_background(standby)
+    try:
+        assert not got.wait(1.0), "took over from a live master"
+        _end_sessions(databases, engine)
+        assert wait_until(lambda: _guard_open(engine, "m1"), 2.0, 0.05), (
+            "the master did not reopen its guard session (its next renewal is 5 s away)"
+        )
+        assert not got.wait(2.0), "took over a live master's lease after its sessions ended"
+        assert _holder(engine) == ("m1",)
+        time.sleep(0.5)  # the standby sees the new guard
+        master._close_guard()  # now the master dies
+        assert got.wait(3.0), "did not notice the master's session ended"
+    finally:
+        stop.set()
+        master.release()
+        standby.release()
+
+
+def test_the_master_reopens_its_guard_at_once_when_it_ends(
+    engine: Engine, databases: Databases
+) -> None:
+    master = LeaseLocker(engine, SCHEMA, "m1", lease_ms=30_000, renew_ms=10_000)
+    assert master.acquire(threading.Event())
+    try:
+        assert _guard_open(engine, "m1")
+        _end_sessions(databases, engine, master.guard_name("m1"))
+        assert wait_until(lambda: _guard_open(engine, "m1"), 2.0, 0.05)
+        assert master.is_held()
+    finally:
+        master.release()
+    assert not _guard_open(engine, "m1")
+
+
 def test_a_restart_under_the_same_name_takes_its_own_dead_lease(engine: Engine) -> None:
+    _server_up_long_enough(engine)
     first = _locker(engine, "same", lease_ms=30_000)
     assert first.acquire(threading.Event())
     first._close_guard()  # the process died without releasing
@@ -88,6 +174,25 @@ def test_a_deposed_master_cannot_commit(engine: Engine) -> None:
         assert store.count("queue://q") == 1
     finally:
         store.stop()
+
+
+def test_a_write_that_finds_the_lock_taken_deposes_the_store_at_once(
+    engine: Engine,
+    make_store: StoreFactory,  # noqa: F811
+) -> None:
+    """The host hears of it (and stops delivering) within a second, not at the next
+    renewal: a deposed broker must not keep serving beside the new master."""
+    lost = threading.Event()
+    locker = LeaseLocker(engine, SCHEMA, "m1", lease_ms=30_000, renew_ms=10_000)
+    store = make_store(locker=locker, on_lock_lost=lost.set)
+    with engine.begin() as conn:  # another broker took the lease
+        conn.execute(sa.text("UPDATE activemq_lock SET broker_name = 'other'"))
+    with pytest.raises(LockLostError, match="now belongs to 'other'"):
+        store.add([msg("queue://q", 1)])
+    assert lost.wait(2.5), "deposed only at the next renewal"
+    assert store.lock_lost
+    with pytest.raises(LockLostError, match="no longer holds the master lock"):
+        store.add([msg("queue://q", 2)])
 
 
 @pytest.mark.parametrize("takeover_commits", [True, False], ids=["taken", "rolled-back"])
@@ -128,3 +233,80 @@ def _add_or_error(store: PostgresStore, message: NewMessage) -> BaseException | 
         return store.add([message])
     except LockLostError as exc:
         return exc
+
+
+# ---------------------------------------------------------------------------- unreachable
+def test_a_lease_the_database_could_not_renew_fences_writes_until_it_can(
+    engine: Engine,
+    databases: Databases,
+    make_store: StoreFactory,  # noqa: F811
+) -> None:
+    """Not a loss: writes are refused once the lease's local deadline passes, and resume
+    when a renewal gets through and finds the row still ours."""
+    lost = threading.Event()
+    locker = LeaseLocker(engine, SCHEMA, "m1", lease_ms=1500, renew_ms=500)
+    store = make_store(locker=locker, on_lock_lost=lost.set)
+    store.add([msg("queue://q", 1)])
+    with database_away(engine, databases):
+        assert wait_until(lambda: not locker.is_held(), 5, 0.05)
+        with pytest.raises(LockLostError, match="cannot renew its lease"):
+            store.add([msg("queue://q", 2)])
+        time.sleep(1.0)  # well past the lease
+    assert wait_until(locker.is_held, 5, 0.05), "the keeper gave up renewing"
+    try:
+        store.add([msg("queue://q", 3)])
+    except DatabaseUnavailableError:  # a kept commit connection meets the outage once
+        store.add([msg("queue://q", 3)])
+    assert store.count("queue://q") == 2
+    assert not lost.is_set() and not store.lock_lost
+    with engine.connect() as conn:
+        assert read_lock(conn, SCHEMA).broker_name == "m1"
+
+
+# ---------------------------------------------------------------------------- journaled
+def test_a_journaled_broker_takes_its_own_dead_lease_at_once(engine: Engine) -> None:
+    """Restarted after a kill: its earlier run's guard ended while the server stayed up."""
+    _server_up_long_enough(engine)
+    first = _locker(engine, "jb", lease_ms=30_000)
+    assert first.acquire(threading.Event())
+    first._close_guard()  # killed, its lease not released
+    again = ExclusiveLease(_locker(engine, "jb", lease_ms=30_000))
+    started = time.monotonic()
+    assert again.acquire(threading.Event())
+    assert time.monotonic() - started < 3
+    with engine.connect() as conn:
+        assert read_lock(conn, SCHEMA).broker_name == "jb"
+    again.release()
+
+
+def test_a_journaled_broker_never_takes_another_brokers_lease(engine: Engine) -> None:
+    other = _locker(engine, "other", lease_ms=30_000)
+    assert other.acquire(threading.Event())
+    other._close_guard()  # even with no guard session
+    with pytest.raises(LockError, match="held by other"):
+        ExclusiveLease(_locker(engine, "jb")).acquire(threading.Event())
+    with engine.connect() as conn:
+        assert read_lock(conn, SCHEMA).broker_name == "other"
+
+
+def test_a_journaled_broker_does_not_take_its_name_from_a_running_broker(engine: Engine) -> None:
+    """The same name held and renewed by a live process: waited out for a lease, refused."""
+    running = _locker(engine, "jb", lease_ms=1500)
+    assert running.acquire(threading.Event())
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(0.2):
+            running.renew()
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockError, match="another running broker uses this broker's name"):
+            ExclusiveLease(_locker(engine, "jb", lease_ms=1500)).acquire(threading.Event())
+        assert time.monotonic() - started >= 1.5
+    finally:
+        stop.set()
+        renewer.join(5)
+        running.release()
