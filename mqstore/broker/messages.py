@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from mqstore import openwire
 from mqstore.broker.frames import Frame, FrameError
 from mqstore.openwire import Destination, Message, MessageKind, ProducerId
+from mqstore.openwire.jformat import value_of
 from mqstore.store.model import NewMessage, StoredMessage
 
 #: SEND headers with a meaning of their own; every other header becomes a String property
@@ -231,13 +232,13 @@ def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
     if ow.group_id is not None:
         headers.append(("JMSXGroupID", ow.group_id))
     try:
-        props = ow.plain_properties()
+        props = dict(ow.properties)  # typed: a JFloat prints as Java prints a float
     except openwire.DecodeError:
         props = {}
     taken = {k for k, _ in headers} | {"content-length"}  # the frame's own, from its body
     for key, value in props.items():
         if key not in taken:
-            headers.append((key, "" if value is None else str(value)))
+            headers.append((key, value_of(value)))  # as ActiveMQ's STOMP: "" + value
     if not all(k.isascii() and v.isascii() for k, v in headers):
         # A lone surrogate (legal in a Java String) has no UTF-8 form: '?' as Java writes it.
         utf8 = openwire.replace_lone_surrogates

@@ -56,3 +56,22 @@ def test_an_unknown_amq_msg_type_is_refused(broker: BrokerThread) -> None:
     prod.send("/queue/x", "b", headers={"amq-msg-type": "map"})
     assert col.wait(lambda: bool(col.errors))
     assert "unsupported amq-msg-type 'map'" in col.errors[0].headers["message"]
+
+
+def test_typed_properties_reach_stomp_as_activemq_prints_them(broker: BrokerThread) -> None:
+    from mqstore.openwire import JFloat, JInt, encode, text_message
+    from mqstore.store import NewMessage
+
+    # as a JMS producer on ActiveMQ writes them: typed properties
+    frame = encode(text_message(
+        "typed", destination="queue://typed", producer_id="ID:jms-1:1:1", sequence=1,
+        properties={"flag": True, "ratio": JFloat(1.1), "big": 1e7, "n": JInt(3), "none": None},
+    ))  # fmt: skip
+    broker.store.add([NewMessage("queue://typed", "ID:jms-1:1:1", 1, frame)])
+    broker.restart()  # reads the queue as the store holds it
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/typed", id="1", ack="auto")
+    headers = col.wait_messages(1)[0].headers
+    got = {k: headers[k] for k in ("flag", "ratio", "big", "n", "none")}
+    assert got == {"flag": "true", "ratio": "1.1", "big": "1.0E7", "n": "3", "none": "null"}
+    cons.disconnect()
