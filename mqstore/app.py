@@ -147,6 +147,9 @@ def broker_config(settings: Settings) -> BrokerConfig:
         individual_dlq=settings.individual_dlq,
         limits=Limits(max_frame_size=settings.max_message_bytes + FRAME_HEADROOM),
         heartbeat_ms=(settings.heartbeat_ms, settings.heartbeat_ms),
+        topic_high_water=settings.topic_high_water_mb << 20,
+        topic_low_water=settings.topic_high_water_mb << 19,  # producers go on at half
+        topic_pending_limit=settings.topic_pending_limit,
         metrics_port=settings.metrics_port,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         cleanup_interval=settings.cleanup_interval_s,

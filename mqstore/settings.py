@@ -73,6 +73,12 @@ class Settings(BaseSettings):
         default=False, description="a DLQ per destination (ActiveMQ.DLQ.Queue.NAME)"
     )
     heartbeat_ms: int = Field(default=10_000, ge=0, description="STOMP heart-beat offered")
+    topic_high_water_mb: int = Field(
+        default=8, gt=0, description="a topic's producers wait while a subscriber holds more"
+    )
+    topic_pending_limit: int = Field(
+        default=0, ge=0, description=">0: never wait; drop a slow subscriber's oldest past it"
+    )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto", description="broker event loop; auto: uvloop when installed"
     )

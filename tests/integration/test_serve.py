@@ -105,6 +105,8 @@ def test_serve_hands_the_broker_settings_to_the_broker(
         "MQSTORE_REDELIVERY_DELAY_MS": "50",
         "MQSTORE_INDIVIDUAL_DLQ": "true",
         "MQSTORE_HEARTBEAT_MS": "0",
+        "MQSTORE_TOPIC_HIGH_WATER_MB": "2",
+        "MQSTORE_TOPIC_PENDING_LIMIT": "500",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -117,3 +119,5 @@ def test_serve_hands_the_broker_settings_to_the_broker(
     assert config.redelivery.maximum_redeliveries == 2
     assert config.redelivery.delay(1) == config.redelivery.delay(2) == 50
     assert config.dlq_for("queue://orders") == "queue://ActiveMQ.DLQ.Queue.orders"
+    assert (config.topic_high_water, config.topic_low_water) == (2 << 20, 1 << 20)
+    assert config.topic_pending_limit == 500
