@@ -236,7 +236,15 @@ class JournaledStore(MergedReads):
                     self.journal_dir,
                 )
             elif checkpoint:
-                self.checkpoint()
+                try:
+                    self.checkpoint()
+                except DatabaseUnavailableError as exc:
+                    log.warning(
+                        "no final journal checkpoint: %s; what it journaled stays in %s for "
+                        "its next start to apply",
+                        exc,
+                        self.journal_dir,
+                    )
         finally:
             self._started = False
             with self._space:

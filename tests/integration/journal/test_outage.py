@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -39,3 +41,16 @@ def test_reading_the_checkpoint_position_without_a_database_is_a_store_error(
     store = make_journaled()
     with database_away(engine, databases), pytest.raises(DatabaseUnavailableError):
         read_position(store.pg, store.journal_id)
+
+
+def test_a_stop_while_the_database_is_away_keeps_the_journal_for_the_next_start(
+    make_journaled: JournaledFactory, engine: Engine, databases: Databases, tmp_path: Path
+) -> None:
+    store = make_journaled(tmp_path / "j")
+    ids = store.add([msg(Q, 1)])
+    with database_away(engine, databases):
+        store.stop()  # no final checkpoint is possible: nothing raised, nothing lost
+    again = make_journaled(tmp_path / "j")
+    assert [m.id for m in again.page(Q, None, 10)] == ids
+    again.checkpoint()
+    assert count_rows(engine, "activemq_msgs") == 1
