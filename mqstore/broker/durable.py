@@ -48,6 +48,9 @@ class DurableSub:
         self._confirmed: dict[int, int] = {}  # ... and as the store confirmed it
         self.backlog = backlog
         self.delivered: set[int] = set()  # sent, not acked: redelivered if sent again
+        #: Bytes of non-persistent messages waiting in ``pending`` (only memory holds them,
+        #: so the topic's producers wait while this passes the high-water mark).
+        self.volatile_bytes = 0
         self._paging = False
         self._left = LeftToPage()
         self._scheduled = False
@@ -77,6 +80,7 @@ class DurableSub:
         consumer.dest = self
         consumer.durable = self
         self.pending.clear()
+        self.volatile_bytes = 0
         self.tracked = set(self.acked_pending)
         self.unacked.clear()
         self.waiting.clear()
@@ -94,6 +98,8 @@ class DurableSub:
         if self.consumer is consumer:
             self.consumer = None
             self.pending.clear()
+            self.volatile_bytes = 0
+            self.topic.subscriber_drained()
             self.unacked.clear()
             self.waiting.clear()
         self.topic.broker.metrics_changed()
@@ -107,6 +113,7 @@ class DurableSub:
             return
         if msg.store_id is None:
             self.pending.append(msg)
+            self.volatile_bytes += msg.size
         elif msg.store_id in self.tracked:
             return  # a page read it before its store call came back
         elif self.exhausted:
@@ -148,6 +155,8 @@ class DurableSub:
         expired: list[BrokerMessage] = []
         while self.pending and consumer.credit() > 0:
             msg = self.pending.popleft()
+            if msg.store_id is None:
+                self.volatile_bytes -= msg.size
             if msg.store_id is not None:
                 self.unacked[msg.store_id] = msg.store_priority
                 self.waiting.add(msg.store_id, msg.store_priority)
@@ -166,6 +175,7 @@ class DurableSub:
         for batch in (auto, expired):
             if batch:
                 self._submit_settle(batch)
+        self.topic.subscriber_drained()
         window = self.topic.broker.config.memory_window
         if not self.exhausted and not self._paging and len(self.pending) <= window // 2:
             self._paging = True
@@ -280,6 +290,8 @@ class DurableSub:
                 poison.append(copy)
             else:
                 self.pending.appendleft(copy)
+                if copy.store_id is None:
+                    self.volatile_bytes += copy.size
         if poison:
             self.topic.broker.dead_letter(self, poison, Outcome.DEAD_LETTERED)
         self.kick()

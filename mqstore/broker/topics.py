@@ -95,6 +95,13 @@ class Topic:
                 self._warn_slow(c, "producers to the topic wait until it catches up")
         for sub in self.durables.values():
             sub.offer(msg)
+            if not self.gate.closed and sub.volatile_bytes > cfg.topic_high_water:
+                self.gate.closed = True
+                log.warning(
+                    "durable subscription %s of %s holds %d bytes of non-persistent messages: "
+                    "producers to the topic wait until it catches up",
+                    sub.key.sub_name, self.container, sub.volatile_bytes,
+                )  # fmt: skip
         if self.consumers:
             self.kick()
 
@@ -136,8 +143,14 @@ class Topic:
         """Let producers go on once every subscriber holds less than the low-water mark."""
         if self.gate.closed:
             low = self.broker.config.topic_low_water
-            if all(c.held() < low for c in self.consumers):
+            if all(c.held() < low for c in self.consumers) and all(
+                s.volatile_bytes < low for s in self.durables.values()
+            ):
                 self.gate.open()
+
+    def subscriber_drained(self) -> None:
+        """A durable subscription sent or dropped what it held: producers may go on."""
+        self._maybe_open()
 
     def _drop_oldest(self, consumer: Consumer, limit: int) -> None:
         """``topic_pending_limit`` mode: the oldest copies go past the limit (ActiveMQ's

@@ -296,3 +296,28 @@ def test_messages_larger_than_the_high_water_mark_still_reach_a_reader(
         cons.disconnect()
     finally:
         bt.close()
+
+
+def test_a_stalled_durable_subscriber_holds_back_non_persistent_producers(
+    bt: BrokerThread,
+) -> None:
+    reader = StalledReader(bt.port)
+    assert reader.connect("heart-beat:0,0\nclient-id:slow-app\n").startswith(b"CONNECTED")
+    reader.send(
+        b"SUBSCRIBE\ndestination:/topic/ticks\nid:1\nack:auto\n"
+        b"activemq.subscriptionName:ticks\nreceipt:s\n\n\x00"
+    )
+    assert reader.frame().startswith(b"RECEIPT")
+    count = 96  # 48 MiB of non-persistent messages: only memory holds them
+    producer = Producer(bt.port, "/topic/ticks", count, BIG)
+    producer.start()
+    assert wait_until(lambda: _topic(bt, "ticks")["blocked_producers"] == 1, timeout=30)
+    assert bt.broker is not None
+    sub = next(iter(bt.broker.topics["topic://ticks"].durables.values()))
+    assert sub.volatile_bytes <= _held_bound(bt, BIG)
+    assert producer.receipt is None  # it waits, nothing is lost
+
+    assert reader.numbers(until=count - 1) == list(range(count))
+    producer.join(60)
+    assert producer.error is None and producer.receipt is not None
+    assert wait_until(lambda: _topic(bt, "ticks")["blocked_producers"] == 0)
