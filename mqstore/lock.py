@@ -20,6 +20,7 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -221,14 +222,25 @@ class LeaseLocker:
         """One attempt: ActiveMQ's ``TIME IS NULL OR TIME < now`` conditional UPDATE."""
         lock = self.schema.lock
         with self.engine.begin() as conn:
-            started = time.monotonic()
-            now = self._now_ms(conn)
-            result = conn.execute(
-                sa.update(lock)
-                .where(sa.or_(lock.c.time.is_(None), lock.c.time < now), lock.c.id == 1)
-                .values(broker_name=self.holder, time=now + self.lease_ms)
+            started, taken = self._write_lease(
+                conn, lambda now: sa.or_(lock.c.time.is_(None), lock.c.time < now)
             )
-        return result.rowcount == 1 and self._became_master(started)
+        return taken and self._became_master(started)
+
+    def _write_lease(
+        self, conn: Connection, condition: Callable[[int], sa.ColumnElement[bool]]
+    ) -> tuple[float, bool]:
+        """ActiveMQ's conditional lease UPDATE: the row names this broker until now + lease,
+        if ``condition(now)`` holds. Returns when it was sent and whether the row matched."""
+        lock = self.schema.lock
+        started = time.monotonic()
+        now = self._now_ms(conn)
+        result = conn.execute(
+            sa.update(lock)
+            .where(condition(now), lock.c.id == 1)
+            .values(broker_name=self.holder, time=now + self.lease_ms)
+        )
+        return started, result.rowcount == 1
 
     def _became_master(self, started: float) -> bool:
         with self._mutex:
@@ -305,14 +317,8 @@ class LeaseLocker:
         """The holder is gone: take its lease now (only if the row still names it)."""
         lock = self.schema.lock
         with self.engine.begin() as conn:
-            started = time.monotonic()
-            now = self._now_ms(conn)
-            result = conn.execute(
-                sa.update(lock)
-                .where(lock.c.broker_name == dead, lock.c.id == 1)
-                .values(broker_name=self.holder, time=now + self.lease_ms)
-            )
-        if result.rowcount != 1:
+            started, taken = self._write_lease(conn, lambda _now: lock.c.broker_name == dead)
+        if not taken:
             return False
         log.warning("master %s is gone (%s): taking over its lease now", dead, why)
         return self._became_master(started)
@@ -461,14 +467,8 @@ class LeaseLocker:
         """One renewal: when it was sent, and the lock row if the renewal did not match it."""
         lock = self.schema.lock
         with self.engine.begin() as conn:
-            started = time.monotonic()
-            now = self._now_ms(conn)
-            result = conn.execute(
-                sa.update(lock)
-                .where(lock.c.broker_name == self.holder, lock.c.id == 1)
-                .values(broker_name=self.holder, time=now + self.lease_ms)
-            )
-            return started, None if result.rowcount == 1 else read_lock(conn, self.schema)
+            started, kept = self._write_lease(conn, lambda _now: lock.c.broker_name == self.holder)
+            return started, None if kept else read_lock(conn, self.schema)
 
     def _unanswered(self, exc: SQLAlchemyError) -> Renewal:
         cause = str(exc).splitlines()[0]
