@@ -141,3 +141,16 @@ def wait_until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.
             return True
         time.sleep(step)
     return pred()
+
+
+def drain(port: int, destination: str) -> list[str]:
+    """Bodies of everything an auto-ack subscriber gets until nothing arrives for 2 s."""
+    conn, client = connect(port)
+    conn.subscribe(destination, id="1", ack="auto")
+    seen = -1
+    while seen != len(client.messages):
+        seen = len(client.messages)
+        client.wait(lambda n=seen: len(client.messages) > n, 2.0)
+    bodies = [m.body for m in client.messages]
+    conn.disconnect()
+    return bodies

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,8 +31,6 @@ class PrivatePostgres:
 
 @pytest.fixture
 def private_pg() -> Iterator[PrivatePostgres]:
-    if importlib.util.find_spec("pgserver") is None:
-        pytest.skip("needs the pgserver package's PostgreSQL binaries for a private cluster")
     server = ThrowawayServer()
     try:
         engine = create_engine(server.dsn)

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from mqstore.db import create_engine
 from mqstore.lock import LeaseLocker
 from mqstore.schema import build_schema
-from tests.broker.harness import connect, wait_until
+from tests.broker.harness import connect, drain, wait_until
 from tests.crash.conftest import PrivatePostgres
 from tests.interop.conftest import MqstoreServer
 
@@ -51,17 +51,6 @@ def _send_until_receipted(port: int, body: str, timeout: float) -> bool:
             return True
         time.sleep(0.3)
     return False
-
-
-def _drain(port: int) -> list[str]:
-    conn, client = connect(port)
-    conn.subscribe(QUEUE, id="1", ack="auto")
-    seen = -1
-    while seen != len(client.messages):  # until nothing more arrives for 2 s
-        seen = len(client.messages)
-        client.wait(lambda n=seen: len(client.messages) > n, 2.0)
-    conn.disconnect()
-    return [m.body for m in client.messages]
 
 
 def _lock_row(pg: PrivatePostgres) -> tuple[object, ...]:
@@ -123,7 +112,7 @@ def test_a_database_restart_hands_no_live_masters_lease_to_its_standby(
         took = time.monotonic() - killed
         assert took < 5, f"the standby waited for the lease ({took:.1f} s), not for the guard"
         assert "taking over its lease now" in standby.log_text()
-        assert sorted(_drain(standby.port)) == ["after-restart"]
+        assert sorted(drain(standby.port, QUEUE)) == ["after-restart"]
     finally:
         master.kill()
         standby.kill()
@@ -149,7 +138,7 @@ def test_a_master_whose_lease_ran_out_in_an_outage_serves_again_when_nobody_took
         assert wait_until(
             lambda: private_pg.query("SELECT count(*) FROM activemq_msgs") == [(2,)], 10, 0.2
         )
-        assert sorted(_drain(server.port)) == ["after", "before"]
+        assert sorted(drain(server.port, QUEUE)) == ["after", "before"]
         assert "journal checkpoint failed; retrying\nTraceback" not in server.log_text()
     finally:
         server.kill()
@@ -196,7 +185,7 @@ def test_a_master_another_broker_deposed_stops_and_exits_nonzero(
     # (a journaled broker applies what it journaled).
     again = victim().start()
     try:
-        assert sorted(_drain(again.port)) == ["m0", "m1", "m2"]
+        assert sorted(drain(again.port, QUEUE)) == ["m0", "m1", "m2"]
     finally:
         again.stop()
 
@@ -225,7 +214,7 @@ def test_a_journaled_broker_killed_in_an_outage_restarts_under_its_own_name(
         again.wait_serving(timeout=20)  # not "held by jb ... Stop the other broker"
         assert time.time() * 1000 >= expiry, "took a lease its old run may still hold"
         assert "waiting for that lease to expire" in again.log_text()
-        assert sorted(_drain(again.port)) == ["j1", "j2"]
+        assert sorted(drain(again.port, QUEUE)) == ["j1", "j2"]
     finally:
         server.kill()
         again.stop()
@@ -251,7 +240,7 @@ def test_a_journaled_broker_killed_restarts_at_once_under_its_own_name(
         again.start(wait=False)
         again.wait_serving(timeout=15)
         assert time.time() * 1000 < expiry - 15_000, "waited for its own dead lease"
-        assert sorted(_drain(again.port)) == ["j1"]
+        assert sorted(drain(again.port, QUEUE)) == ["j1"]
     finally:
         server.kill()
         again.stop()

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.broker.harness import connect
+from tests.broker.harness import connect, drain
 from tests.interop.conftest import MqstoreServer
 
 QUEUE = "/queue/crash.serve"
@@ -52,18 +52,6 @@ def _consume(port: int, acked: list[str], stop: threading.Event) -> None:
         return
 
 
-def _drain(port: int) -> list[str]:
-    conn, client = connect(port)
-    conn.subscribe(QUEUE, id="1", ack="auto")
-    seen = -1
-    while seen != len(client.messages):  # until nothing more arrives for 2 s
-        seen = len(client.messages)
-        client.wait(lambda n=seen: len(client.messages) > n, 2.0)
-    bodies = [m.body for m in client.messages]
-    conn.disconnect()
-    return bodies
-
-
 def test_sigkill_loses_no_receipted_message_and_resurrects_no_ack(dsn: str, tmp_path: Path) -> None:
     os.environ["MQSTORE_CHECKPOINT_INTERVAL_MS"] = "600000"  # keep it all in the journal
     try:
@@ -93,7 +81,7 @@ def test_sigkill_loses_no_receipted_message_and_resurrects_no_ack(dsn: str, tmp_
             dsn, tmp_path / "data", name="crash", journal=True, lock="none"
         ).start()
         try:
-            delivered = _drain(server.port)
+            delivered = drain(server.port, QUEUE)
         finally:
             server.stop()
     finally:
