@@ -141,10 +141,11 @@ def _copy_fixture(source: Engine, target: Engine) -> None:
     )
 
 
-def _add(engine: Engine, row_id: int, seq: int) -> None:
+def _add(engine: Engine, row_id: int, seq: int, container: str = Q) -> None:
+    """Store one TextMessage in ``container`` as the broker would."""
     msg = text_message(
         f"new {seq}",
-        destination=Q,
+        destination=container,
         producer_id="ID:test-1-2-3:1:1",
         sequence=seq,
         broker_sequence_id=row_id,
@@ -155,7 +156,7 @@ def _add(engine: Engine, row_id: int, seq: int) -> None:
         engine,
         "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
         " priority) VALUES (:id, :c, :p, :s, 0, :m, 0)",
-        {"id": row_id, "c": Q, "p": msg.msgid_prod, "s": seq, "m": encode(msg)},
+        {"id": row_id, "c": container, "p": msg.msgid_prod, "s": seq, "m": encode(msg)},
     )
 
 

@@ -13,7 +13,6 @@ from urllib.parse import unquote
 import pytest
 from sqlalchemy.engine import Engine
 
-from mqstore.openwire import encode, text_message
 from spark_etl.audit import audit
 from spark_etl.export import (
     FORMAT_VERSION,
@@ -25,6 +24,7 @@ from spark_etl.export import (
 )
 from spark_etl.layout import MAX_DIR_BYTES, MAX_VALUE_BYTES, escaped_size, partition_value
 from tests.spark.conftest import dsn_of, execute
+from tests.spark.test_export import _add, _remove
 
 SHORT = "queue://orders"
 LONG_A = "queue://" + "orders." * 34 + "aaaa"  # 250 characters, the column's maximum
@@ -103,36 +103,6 @@ def test_destination_column_agrees_with_partition_value(spark: Any) -> None:
 # -- export ----------------------------------------------------------------------------------
 
 
-def _store(engine: Engine, row_id: int, container: str) -> None:
-    """Store one TextMessage in ``container`` as the broker would."""
-    msg = text_message(
-        f"body {row_id}",
-        destination=container,
-        producer_id="ID:test-1-2-3:1:1",
-        sequence=row_id,
-        broker_sequence_id=row_id,
-        timestamp=1795400000000 + row_id,
-    )
-    execute(
-        engine,
-        "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
-        " priority) VALUES (:id, :c, :p, :s, 0, :m, 0)",
-        {"id": row_id, "c": container, "p": msg.msgid_prod, "s": row_id, "m": encode(msg)},
-    )
-
-
-def _acknowledge(engine: Engine, row_id: int) -> None:
-    """Delete a message and record it in ``mqstore_history``, as the store does."""
-    execute(
-        engine,
-        f"WITH gone AS (DELETE FROM activemq_msgs WHERE id = {row_id} RETURNING *) "
-        "INSERT INTO mqstore_history (id, container, msgid_prod, msgid_seq, priority,"
-        " expiration, enqueued_at, removed_at, outcome, msg) SELECT id, container, msgid_prod,"
-        " msgid_seq, priority, expiration, 1795306859000, 1795400000000, 'acknowledged', msg"
-        " FROM gone",
-    )
-
-
 def _pairs(df: Any, *cols: str) -> set[tuple[Any, ...]]:
     return {tuple(r[c] for c in cols) for r in df.collect()}
 
@@ -142,12 +112,12 @@ def test_long_destinations_are_exported_under_their_full_names(
 ) -> None:
     names = [SHORT, LONG_A, LONG_B, LONG_CJK]
     for row_id, name in enumerate(names, 1):
-        _store(engine, row_id, name)
+        _add(engine, row_id, row_id, name)
     dsn = dsn_of(engine)
     first = export(spark, dsn, tmp_path)
     assert first.messages == dict.fromkeys(names, 1)
-    _acknowledge(engine, 2)
-    _acknowledge(engine, 4)
+    _remove(engine, 2)
+    _remove(engine, 4)
     second = export(spark, dsn, tmp_path)
     assert second.message_rows == 0
     assert second.history == {LONG_A: 1, LONG_CJK: 1}
@@ -191,7 +161,7 @@ def test_an_archive_of_format_1_is_extended_and_read_back(
     assert "container" not in spark.read.parquet(str(tmp_path / "messages")).columns
     assert read_dataset(spark, tmp_path / "messages").where("container IS NULL").count() == 0
 
-    _store(activemq_engine, 18, LONG_CJK)
+    _add(activemq_engine, 18, 18, LONG_CJK)
     execute(activemq_engine, "DELETE FROM activemq_msgs WHERE id = 7")
     result = export(spark, dsn, tmp_path, now_ms=1795400000000)
     assert result.messages == {LONG_CJK: 1}
