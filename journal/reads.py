@@ -106,8 +106,8 @@ class MergedReads:
     def count(self, container: str) -> int:
         with self._lock:
             state = self._state
-            live, excl = state.live.get(container, 0), state.excluded(container)
-            purged = container in state.purged
+            live, purged = state.live.get(container, 0), container in state.purged
+            excl = state.excluded(container) + state.in_flight_live(container)
         return live + (0 if purged else self.db.count(container, excl))
 
     def destinations(self) -> list[str]:
@@ -177,14 +177,15 @@ class MergedReads:
         with self._lock:
             state = self._state
             live = state.count_after(key.container, floors)
-            excl, purged = state.excluded(key.container), key.container in state.purged
+            excl = state.excluded(key.container) + state.in_flight_live(key.container)
+            purged = key.container in state.purged
         return live + (0 if purged else self.db.count(key.container, excl, floors))
 
     def stats(self) -> StoreStats:
         with self._lock:
             state = self._state
             live = {c: n for c, n in state.live.items() if n}
-            removed, purged = list(state.removed), list(state.purged)
+            removed, purged = list(state.removed) + state.in_flight_live(), list(state.purged)
             pending = state.pending_bytes
         depths = self.db.depths(removed, purged)
         for c, n in live.items():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from journal.records import (
@@ -124,6 +124,35 @@ class PendingState:
         self.max_id = 0
         self.pending_bytes = 0
         self.records = 0
+        #: The adds a checkpoint in flight is writing: from its commit on they are also
+        #: database rows, so dropping one of them removes that row too.
+        self.in_flight: Mapping[int, StoredMessage] = {}
+
+    def copy(self) -> PendingState:
+        """An independent copy (messages are immutable and shared): what a checkpoint
+        writes while writers go on applying records to the original (whose
+        :attr:`in_flight` the caller then sets to the copy's adds)."""
+        new = PendingState(keep_history=self.keep_history, keep_bodies=self.keep_bodies)
+        new.adds = dict(self.adds)
+        new.lanes = {
+            c: {p: _Lane(lane.ids[lane.head :]) for p, lane in lanes.items()}
+            for c, lanes in self.lanes.items()
+        }
+        new.live = dict(self.live)
+        new.keys = dict(self.keys)
+        new.removed = dict(self.removed)
+        new.removed_in = {c: set(ids) for c, ids in self.removed_in.items()}
+        new.purged = dict(self.purged)
+        new.updates = dict(self.updates)
+        new.subs_added = dict(self.subs_added)
+        new.subs_deleted = set(self.subs_deleted)
+        new.acks = dict(self.acks)
+        new.elided = list(self.elided)
+        new.elided_count = self.elided_count
+        new.max_id = self.max_id
+        new.pending_bytes = self.pending_bytes
+        new.records = self.records
+        return new
 
     # ------------------------------------------------------------------ mutation
     def apply(self, ops: Sequence[Op], now_ms: int | None = None) -> int:
@@ -196,6 +225,10 @@ class PendingState:
             kept = history_copy(msg, self.keep_bodies)
             self.elided.append(ElidedRow(kept, outcome, now))
             self.pending_bytes += len(kept.msg) + 64
+        if msg.id in self.in_flight:
+            self.removed[msg.id] = (msg.container, outcome, now)
+            self.removed_in.setdefault(msg.container, set()).add(msg.id)
+            self.pending_bytes += 64
         lane = self.lanes[msg.container][msg.priority]
         while lane.head < len(lane.ids) and lane.ids[lane.head] not in self.adds:
             lane.head += 1
@@ -307,6 +340,17 @@ class PendingState:
     def excluded(self, container: str) -> list[int]:
         """IDs of database rows of ``container`` this state removed."""
         return list(self.removed_in.get(container, ()))
+
+    def in_flight_live(self, container: str | None = None) -> list[int]:
+        """In-flight adds still live (of ``container``, or all): the database may hold them
+        too, so counts of its rows leave them out."""
+        if not self.in_flight:
+            return []
+        return [
+            i
+            for i, m in self.in_flight.items()
+            if i in self.adds and (container is None or m.container == container)
+        ]
 
     def container_of_live(self) -> set[str]:
         """Containers with live memory adds."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -143,6 +144,10 @@ class JournaledStore(MergedReads):
         self._admission = Admission(self.db, self._lock, lambda: self._state)
         self._applying: deque[_Applying] = deque()  # written, in log order, not yet applied
         self._unsure = False  # the last checkpoint failed: the database may be ahead of it
+        self._checkpointing = threading.Lock()  # one checkpoint at a time, gate taken after it
+        # While a checkpoint writes its copy of the window: the records applied since, with
+        # their apply time, to rebuild the window on top of the database it leaves.
+        self._tail: list[tuple[int, list[Op]]] | None = None
 
     def _new_state(self) -> PendingState:
         return PendingState(keep_history=self.pg.history, keep_bodies=self.pg.history_bodies)
@@ -227,8 +232,15 @@ class JournaledStore(MergedReads):
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        stuck = self._thread is not None and self._thread.is_alive()
         try:
-            if checkpoint and not self._holds_lock():
+            if checkpoint and stuck:
+                log.warning(
+                    "no final journal checkpoint: the last one is still waiting for the "
+                    "database; what it journaled stays in %s for its next start to apply",
+                    self.journal_dir,
+                )
+            elif checkpoint and not self._holds_lock():
                 log.warning(
                     "no final journal checkpoint: this broker does not hold the master lock "
                     "(%s); what it journaled stays in %s for its next start to apply",
@@ -305,17 +317,52 @@ class JournaledStore(MergedReads):
                 self._stopping.wait(min(1.0, self.checkpoint_interval_s))
 
     def checkpoint(self) -> CheckpointResult | None:
-        """Apply everything acknowledged so far to the database; None if nothing was new."""
-        with self._gate.exclusive():
-            result = self._checkpoint_locked()
-            position = self._last_position
-        if result is not None and self._journal is not None:
+        """Apply everything acknowledged so far to the database; None if nothing was new.
+
+        Writers are held only while the window is copied and while it is rebuilt after the
+        commit, never during the database work: a slow or stalled database holds back
+        writers only once the pending window is full.
+        """
+        with self._checkpointing:
+            if self._unsure:
+                stored = read_position(self.pg, self.journal_id)  # only checkpoints write it
+                with self._gate.exclusive():
+                    self._resync_window(stored)
+            with self._gate.exclusive():
+                if self._state.empty:
+                    return None
+                # Never store a position ahead of the durable log (``batch``/``never``).
+                position = self.journal.sync()
+                window = self._state.copy()
+                with self._lock:
+                    self._state.in_flight = window.adds
+                    self._tail = []
+            try:
+                result = self._apply(window, position)
+            except BaseException:
+                with self._lock:
+                    # The window still holds everything, and its adds stay in flight until a
+                    # checkpoint tells whether this one committed after all.
+                    self._tail = None
+                self._unsure = True  # it may have failed after its commit (a lost reply)
+                raise
+            with self._gate.exclusive():
+                rebuilt = self._new_state()
+                for now, ops in self._tail or ():
+                    rebuilt.apply(ops, now)
+                with self._space:
+                    self._tail = None
+                    self._state = rebuilt
+                    self._space.notify_all()
+                self._last_position = position
+        if self._journal is not None:
             self._journal.release(position, self.archive_dir)
         return result
 
     def _checkpoint_locked(self) -> CheckpointResult | None:
+        """Checkpoint with writers held off throughout (XA work and cleanup need that)."""
         if self._unsure:
-            self._resync_window()
+            self._resync_window(read_position(self.pg, self.journal_id))
         if self._state.empty:
             return None
         # The stored position must never be ahead of the durable log: with a ``batch`` or
@@ -327,12 +374,12 @@ class JournaledStore(MergedReads):
             self._unsure = True  # it may have failed after its commit (a lost reply)
             raise
 
-    def _resync_window(self) -> None:
-        """After a failed checkpoint: if the database holds a later position than this store
-        applied (the commit went through, its reply was lost), rebuild the window from the
-        journal records after that position, as a restart would, so nothing is applied twice.
+    def _resync_window(self, stored: Position | None) -> None:
+        """After a failed checkpoint: if the database holds a later position (``stored``)
+        than this store applied (the commit went through, its reply was lost), rebuild the
+        window from the journal records after it, as a restart would, so nothing is applied
+        twice. Writers must be held off.
         """
-        stored = read_position(self.pg, self.journal_id)
         if stored is not None and stored > self._last_position:
             state = self._new_state()
             for _end, ops in self.journal.recover(after=stored):
@@ -349,17 +396,22 @@ class JournaledStore(MergedReads):
         self._unsure = False
 
     def _checkpoint_state(self, position: Position) -> CheckpointResult:
-        result = apply_checkpoint(
-            self.pg,
-            self._state,
-            journal_id=self.journal_id,
-            position=position,
-            broker_name=self.broker_name,
-        )
+        result = self._apply(self._state, position)
         self._last_position = position
         with self._space:
             self._state = self._new_state()
             self._space.notify_all()
+        return result
+
+    def _apply(self, window: PendingState, position: Position) -> CheckpointResult:
+        """Write ``window`` and ``position`` to the database in one transaction."""
+        result = apply_checkpoint(
+            self.pg,
+            window,
+            journal_id=self.journal_id,
+            position=position,
+            broker_name=self.broker_name,
+        )
         self._counters["written"] += result.written
         self._counters["elided"] += result.elided
         self._counters["checkpoints"] += 1
@@ -400,7 +452,10 @@ class JournaledStore(MergedReads):
         with self._lock:
             while entry.removed is None:
                 head = self._applying.popleft()
-                head.removed = self._state.apply(head.ops)
+                now = int(time.time() * 1000)
+                head.removed = self._state.apply(head.ops, now)
+                if self._tail is not None:
+                    self._tail.append((now, head.ops))
             removed = entry.removed
             pending = self._state.pending_bytes
         full = self.journal.bytes_on_disk >= self.journal_max_bytes
@@ -579,7 +634,7 @@ class JournaledStore(MergedReads):
     def _through(self, fn: Callable[[], T]) -> T:
         """Checkpoint, then run database work with every writer held off."""
         self._check_open()
-        with self._gate.exclusive():
+        with self._checkpointing, self._gate.exclusive():
             self._checkpoint_locked()
             return fn()
 
@@ -612,7 +667,9 @@ class JournaledStore(MergedReads):
             state = self._state
             mem = [m for m in state.adds.values() if 0 < m.expiration < now_ms]
             removed, purged = list(state.removed), list(state.purged)
-        rows = mem + self.db.expired(now_ms, limit, removed, purged)
+        found = self.db.expired(now_ms, limit, removed, purged)
+        seen = {m.id for m in mem}  # a checkpoint in flight may have stored them already
+        rows = mem + [r for r in found if r.id not in seen]
         rows = sorted(rows, key=lambda m: (m.expiration, m.id))[:limit]
         if remove and rows:
             self._write((), [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows], ())
