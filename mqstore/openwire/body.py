@@ -77,11 +77,18 @@ def inflate(data: bytes, limit: int) -> bytes:
 
 def _inflate_exactly(z: _Inflater, size: int, what: str) -> bytes:
     """The next ``size`` inflated bytes; what follows them in the stream is not read."""
-    out = b"".join(z.read(size))
+    out = _inflate_at_most(z, size)
     if len(out) < size:
-        if not z.eof:
-            raise DecodeError(0, "end of zlib stream", "compressed body is truncated")
         raise DecodeError(0, f"{size} inflated bytes ({what})", f"got {len(out)}")
+    return out
+
+
+def _inflate_at_most(z: _Inflater, size: int) -> bytes:
+    """The next ``size`` inflated bytes, fewer where the stream ends first (ActiveMQ's
+    reader returns those too); what follows them in the stream is not read."""
+    out = b"".join(z.read(size))
+    if len(out) < size and not z.eof:
+        raise DecodeError(0, "end of zlib stream", "compressed body is truncated")
     return out
 
 
@@ -133,7 +140,8 @@ def _inflated_bytes(content: bytes, limit: int) -> bytes:
     """Compressed BytesMessage: int32 length, then zlib; only ``length`` bytes are inflated.
 
     As ActiveMQ's reader does: ActiveMQ 5.17's ``compress()`` deflates the whole backing
-    buffer, so the stream may hold more; an empty content is an empty body.
+    buffer, so the stream may hold more; a stream that ends before ``length`` bytes gives
+    the bytes it holds (``readBytes`` returns them); an empty content is an empty body.
     """
     if not content:
         return b""
@@ -147,7 +155,7 @@ def _inflated_bytes(content: bytes, limit: int) -> bytes:
         if size == 0:
             z.step(1)  # Java's Inflater still checks the stream header
             return b""
-        return _inflate_exactly(z, size, "the declared length")
+        return _inflate_at_most(z, size)
     except DecodeError as exc:
         raise exc.shifted(4) from None
 
