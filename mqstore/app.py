@@ -150,6 +150,8 @@ def broker_config(settings: Settings) -> BrokerConfig:
         topic_high_water=settings.topic_high_water_mb << 20,
         topic_low_water=settings.topic_high_water_mb << 19,  # producers go on at half
         topic_pending_limit=settings.topic_pending_limit,
+        queue_high_water=settings.queue_high_water_mb << 20,
+        queue_low_water=settings.queue_high_water_mb << 19,  # producers go on at half
         metrics_port=settings.metrics_port,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         cleanup_interval=settings.cleanup_interval_s,

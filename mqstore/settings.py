@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     topic_pending_limit: int = Field(
         default=0, ge=0, description=">0: never wait; drop a slow subscriber's oldest past it"
     )
+    queue_high_water_mb: int = Field(
+        default=64,
+        gt=0,
+        description="producers of non-persistent messages to a queue wait while it holds more",
+    )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto", description="broker event loop; auto: uvloop when installed"
     )

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from mqstore.broker.frames import Limits
 from mqstore.errors import ConfigError
 
-#: The least ``topic_low_water``: a socket's write buffer below this is not waited for.
+#: The least ``topic_low_water`` / ``queue_low_water``: a socket's write buffer below this
+#: is not waited for.
 MIN_LOW_WATER = 128 * 1024
 
 
@@ -64,6 +65,12 @@ class BrokerConfig:
     and a subscriber's oldest messages are dropped past that many (or past the high-water
     mark). ``max_pending_frames`` / ``max_pending_bytes`` bound a connection's unwritten
     MESSAGE frames.
+
+    Queue flow control: only memory holds a queue's non-persistent messages, from their SEND
+    until a consumer acknowledges them (waiting, in flight or being dead-lettered). While
+    those of one queue come to more than ``queue_high_water`` bytes, producers of
+    non-persistent messages to it wait, until it holds less than ``queue_low_water``.
+    Persistent messages are bounded by ``memory_window`` and the store usage instead.
     """
 
     broker_name: str = "localhost"
@@ -85,6 +92,8 @@ class BrokerConfig:
     topic_pending_limit: int = 0
     topic_high_water: int = 8 << 20
     topic_low_water: int = 4 << 20
+    queue_high_water: int = 64 << 20
+    queue_low_water: int = 32 << 20
     heartbeat_ms: tuple[int, int] = (10000, 10000)
     heartbeat_grace: float = 1.5
     connect_timeout: float = 30.0
@@ -97,11 +106,13 @@ class BrokerConfig:
     stop_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        if not MIN_LOW_WATER <= self.topic_low_water <= self.topic_high_water:
-            raise ConfigError(
-                f"topic_low_water ({self.topic_low_water}) must be at least {MIN_LOW_WATER} "
-                f"bytes and at most topic_high_water ({self.topic_high_water})"
-            )
+        for kind in ("topic", "queue"):
+            low, high = getattr(self, f"{kind}_low_water"), getattr(self, f"{kind}_high_water")
+            if not MIN_LOW_WATER <= low <= high:
+                raise ConfigError(
+                    f"{kind}_low_water ({low}) must be at least {MIN_LOW_WATER} bytes and at "
+                    f"most {kind}_high_water ({high})"
+                )
 
     def dlq_for(self, container: str) -> str:
         """The dead-letter container for messages of ``container``."""

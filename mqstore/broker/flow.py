@@ -1,8 +1,10 @@
-"""Producer flow control: a limit on the bytes of stored messages (ActiveMQ's storeUsage)."""
+"""Producer flow control: a limit on the bytes of stored messages (ActiveMQ's storeUsage),
+and the gate where producers to one destination wait while it holds too much in memory."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class StoreUsage:
@@ -47,3 +49,53 @@ class StoreUsage:
             return False
         finally:
             self.blocked -= 1
+
+
+class ProducerGate:
+    """Where producers to one destination wait while it holds too much (ActiveMQ's producer
+    flow control on memory).
+
+    Whoever counts the destination's bytes closes it (``closed = True``) past a high-water
+    mark and calls :meth:`open` once below a low-water mark; a producer checks ``closed``
+    (a plain attribute: the per-SEND cost) and only then waits in :meth:`wait`.
+    """
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.waiting = 0
+        self._waiters: dict[asyncio.Future[None], None] = {}  # in arrival order
+
+    async def wait(self, stop: Callable[[], bool], poll: float | None = None) -> None:
+        """Return once the gate is open, or ``stop()`` is true when woken: by :meth:`open`,
+        :meth:`wake`, or with ``poll`` every ``poll`` seconds."""
+        self.waiting += 1
+        loop = asyncio.get_running_loop()
+        try:
+            while self.closed and not stop():
+                fut: asyncio.Future[None] = loop.create_future()
+                self._waiters[fut] = None
+                timer = loop.call_later(poll, _wake, fut) if poll else None
+                try:
+                    await fut
+                finally:
+                    self._waiters.pop(fut, None)
+                    if timer is not None:
+                        timer.cancel()
+        finally:
+            self.waiting -= 1
+
+    def open(self) -> None:
+        """Let every waiting producer go on."""
+        self.closed = False
+        self.wake()
+
+    def wake(self) -> None:
+        """Make every waiting producer look at its ``stop()`` again (the gate stays as it is)."""
+        waiters, self._waiters = self._waiters, {}
+        for fut in waiters:
+            _wake(fut)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

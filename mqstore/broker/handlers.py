@@ -7,6 +7,7 @@ import hmac
 import logging
 from typing import TYPE_CHECKING
 
+from mqstore.broker.flow import ProducerGate
 from mqstore.broker.frames import Frame, FrameParser, encode_frame
 from mqstore.broker.messages import BrokerMessage, container_of, from_send
 from mqstore.broker.subscriptions import ACK_MODES, Consumer, Delivery
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from mqstore.broker.server import Broker, Destination
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks, while a producer is held back, at whether its peer went away.
+PEER_POLL_S = 1.0
 
 
 def _error(message: str) -> Exception:
@@ -54,6 +58,9 @@ class Handlers:
     def receipt(self, frame: Frame) -> None: ...
     def wake_writer(self) -> None: ...
     def error(self, message: str, frame: Frame | None = None, detail: str = "") -> None: ...
+
+    def gone(self) -> bool:
+        raise NotImplementedError  # provided by Connection
 
     async def handle(self, frame: Frame) -> None:
         """Act on one inbound frame."""
@@ -130,8 +137,9 @@ class Handlers:
             self.receipt(frame)
             return
         broker = self.broker
-        if container.startswith("topic://"):
-            await self.wait_for_topic(container)
+        gate = self.gate_of(msg)
+        if gate is not None and gate.closed and not await self.held_back(gate):
+            return  # the connection went away meanwhile: the message was not taken
         if not (msg.persistent and broker.must_store(container)):
             await self.settle_sends()
             broker.route(msg)
@@ -164,11 +172,25 @@ class Handlers:
 
         broker.writer_submit(Op(adds=[msg.new_message()]), done)
 
-    async def wait_for_topic(self, container: str) -> None:
-        """Producer flow control: wait while a subscriber of the topic holds too much."""
-        topic = self.broker.topics.get(container)
-        if topic is not None and topic.gate.closed:
-            await topic.gate.wait(lambda: self.closing)
+    def gate_of(self, msg: BrokerMessage) -> ProducerGate | None:
+        """Where a producer of ``msg`` waits while its destination holds too much: the
+        topic's gate, or the queue's for a non-persistent message (a persistent one waits
+        for the store usage instead)."""
+        container = msg.container
+        if container.startswith("topic://"):
+            topic = self.broker.topics.get(container)
+            return topic.gate if topic is not None else None
+        if msg.persistent:
+            return None
+        queue = self.broker.queues.get(container)
+        return queue.gate if queue is not None else None
+
+    async def held_back(self, gate: ProducerGate) -> bool:
+        """Producer flow control: wait while ``gate`` is closed (the frame is not acted on,
+        no more frames are read: TCP pushes back). False if the connection closed or its
+        peer went away meanwhile: then the frame is not taken, and gets no receipt."""
+        await gate.wait(self.gone, PEER_POLL_S)
+        return not self.gone()
 
     async def wait_for_store_space(self) -> None:
         usage = self.broker.usage
@@ -335,8 +357,10 @@ class Handlers:
 
     async def on_commit(self, frame: Frame) -> None:
         tx = self._tx(self._tx_header(frame))
-        for container in {m.container for m in tx.sends if m.container.startswith("topic://")}:
-            await self.wait_for_topic(container)
+        gates = {id(g): g for m in tx.sends if (g := self.gate_of(m)) is not None}
+        for gate in gates.values():
+            if gate.closed and not await self.held_back(gate):
+                return  # the connection went away meanwhile: it aborts the transaction
         del self.txs[tx.tx_id]
         broker = self.broker
         stored = [m for m in tx.sends if m.persistent and broker.must_store(m.container)]

@@ -50,6 +50,7 @@ class _BrokerCollector(Collector):
             enq.add_metric([name], st["enqueued"])
             deq.add_metric([name], st["dequeued"])
         yield from self._topic_flow(snap)
+        yield from self._queue_flow(snap)
         backlog = GaugeMetricFamily(
             "mqstore_durable_backlog",
             "Messages a durable subscription has not acknowledged",
@@ -87,6 +88,25 @@ class _BrokerCollector(Collector):
                 blocked.add_metric([name], st["blocked_producers"])
                 dropped.add_metric([name], st["dropped"])
         yield from (held, blocked, dropped)
+
+    @staticmethod
+    def _queue_flow(snap: dict[str, Any]) -> Iterator[Any]:
+        """Non-persistent messages queues hold in memory, and producers waiting for room."""
+        held = GaugeMetricFamily(
+            "mqstore_queue_non_persistent_bytes",
+            "Bytes of non-persistent messages a queue holds (waiting or unacknowledged)",
+            labels=["destination"],
+        )
+        blocked = GaugeMetricFamily(
+            "mqstore_queue_blocked_producers",
+            "Producers of non-persistent messages waiting for room in the queue",
+            labels=["destination"],
+        )
+        for name, st in snap["destinations"].items():
+            if "non_persistent_bytes" in st:
+                held.add_metric([name], st["non_persistent_bytes"])
+                blocked.add_metric([name], st["blocked_producers"])
+        yield from (held, blocked)
 
 
 class BrokerMetrics:

@@ -258,6 +258,16 @@ class Connection(Handlers):
                 if self.closing:
                     return
 
+    def gone(self) -> bool:
+        """Whether no frame after the one being handled will be acted on: the connection is
+        closing, or its peer closed it (with nothing unread left) or reset it."""
+        if self.closing:
+            return True
+        reader = self.reader
+        return (
+            reader.at_eof() or reader.exception() is not None or self.writer.transport.is_closing()
+        )
+
     def _out_full(self, frames: int, size: int) -> bool:
         return (len(self._out) >= frames or self._out_bytes >= size) and not self.closing
 

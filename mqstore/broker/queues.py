@@ -4,6 +4,10 @@ Only a bounded window of a backlog is in memory; the rest is read with ``store.p
 (keyset cursor in delivery order) as consumers drain the window. ``tracked`` holds the IDs
 the queue has in memory, in flight or being removed, so a page never yields them twice;
 ``gone`` the IDs removed while a page is being read, which that page may still hold.
+
+Non-persistent messages are only in memory, from their SEND until acknowledged: their
+bytes are counted, and past ``queue_high_water`` producers of non-persistent messages to the
+queue wait at its gate until consumers take them below ``queue_low_water``.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mqstore.broker.flow import ProducerGate
 from mqstore.broker.messages import BrokerMessage, UnrenderableError
 from mqstore.broker.paging import LeftToPage
-from mqstore.broker.subscriptions import Consumer, Delivery
+from mqstore.broker.subscriptions import MESSAGE_OVERHEAD, Consumer, Delivery
 from mqstore.broker.writer import Op
 from mqstore.store.model import Cursor, Outcome, Removal
 
@@ -29,6 +34,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds before a message whose ACK, NACK or expiry failed to reach the store comes back.
 UNSETTLED_RETRY_S = 1.0
+
+#: Seconds between two warnings about one queue holding back its producers.
+FULL_WARNING_INTERVAL = 30.0
 
 
 def _now_ms() -> int:
@@ -54,6 +62,11 @@ class Queue:
         self._scheduled = False
         self._paging = False
         self._left = LeftToPage()
+        #: Bytes of the non-persistent messages held (body + MESSAGE_OVERHEAD each): waiting,
+        #: in flight, or on their way out; only memory holds them.
+        self.volatile_bytes = 0
+        self.gate = ProducerGate()
+        self._warned_at = float("-inf")
 
     # -- arrivals ---------------------------------------------------------------------------
     def enqueue(self, msg: BrokerMessage) -> None:
@@ -71,9 +84,26 @@ class Queue:
                 self._left.skip(msg)
                 return
             self.tracked.add(msg.store_id)
+        else:
+            self._hold(msg)
         msg.seq = self.broker.next_seq()
         heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
         self.kick()
+
+    def _hold(self, msg: BrokerMessage) -> None:
+        """Count a non-persistent message; past the high-water mark producers wait."""
+        self.volatile_bytes += msg.size + MESSAGE_OVERHEAD
+        high = self.broker.config.queue_high_water
+        if not self.gate.closed and self.volatile_bytes > high:
+            self.gate.closed = True
+            now = time.monotonic()
+            if now - self._warned_at >= FULL_WARNING_INTERVAL:
+                self._warned_at = now
+                log.warning(
+                    "%s holds %d bytes of non-persistent messages (queue_high_water %d): "
+                    "producers of non-persistent messages to it wait until consumers take them",
+                    self.container, self.volatile_bytes, high,
+                )  # fmt: skip
 
     def _rank(self, msg: BrokerMessage) -> int:
         """Dispatch rank: JMS priority in prioritized mode; plain mode is FIFO, as ActiveMQ."""
@@ -236,14 +266,21 @@ class Queue:
 
     def removed(self, msgs: list[BrokerMessage]) -> None:
         """Messages left the queue for good (acked, dead-lettered, expired)."""
+        freed = 0
         for m in msgs:
             self.depth -= 1
             if m.store_id is not None:
                 self.tracked.discard(m.store_id)
                 if self._paging:  # the page in flight may have read it before it went
                     self.gone.add(m.store_id)
+            else:
+                freed += m.size + MESSAGE_OVERHEAD
             if self.broker.counts_in_usage(m):
                 self.broker.usage.release(m.size)
+        if freed:
+            self.volatile_bytes = max(0, self.volatile_bytes - freed)
+            if self.gate.closed and self.volatile_bytes < self.broker.config.queue_low_water:
+                self.gate.open()
 
     def drop_pending(self, store_ids: set[int]) -> list[BrokerMessage]:
         """Take the given stored messages out of the in-memory window (expiry sweep)."""
@@ -309,4 +346,6 @@ class Queue:
             "dequeued": self.dequeued,
             "in_memory": len(self.pending),
             "in_flight": sum(len(c.in_flight) for c in self.consumers),
+            "non_persistent_bytes": self.volatile_bytes,
+            "blocked_producers": self.gate.waiting,
         }

@@ -112,8 +112,9 @@ class Broker:
             task.cancel()
         for conn in list(self.connections):
             conn.stop_reading()
-        for topic in list(self.topics.values()):
-            topic.gate.open()  # producers held back by a slow subscriber see they are closing
+        gates = [t.gate for t in self.topics.values()] + [q.gate for q in self.queues.values()]
+        for gate in gates:
+            gate.open()  # producers held back by flow control see they are closing
         if self._conn_tasks:
             await asyncio.wait(list(self._conn_tasks), timeout=self.config.stop_timeout)
         for task in list(self._conn_tasks):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mqstore.broker.durable import DurableSub
+from mqstore.broker.flow import ProducerGate
 from mqstore.broker.messages import BrokerMessage
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.writer import Op
@@ -28,34 +29,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two warnings about slow subscribers of one topic.
 SLOW_WARNING_INTERVAL = 30.0
-
-
-class ProducerGate:
-    """Where producers to a topic wait while one of its subscribers holds too much."""
-
-    def __init__(self) -> None:
-        self.closed = False
-        self.waiting = 0
-        self._waiters: list[asyncio.Future[None]] = []
-
-    async def wait(self, stop: Callable[[], bool]) -> None:
-        """Return once the gate is open, or ``stop()`` is true when woken."""
-        self.waiting += 1
-        try:
-            while self.closed and not stop():
-                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self._waiters.append(fut)
-                await fut
-        finally:
-            self.waiting -= 1
-
-    def open(self) -> None:
-        """Let every waiting producer go on."""
-        self.closed = False
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
 
 
 class Topic:
