@@ -359,12 +359,16 @@ def stats(
         with open_database(settings) as database:
             store = PostgresStore(database.engine, prefix=settings.table_prefix)
             figures = store.stats()
+            schema = build_schema(settings.table_prefix)
             with database.engine.connect() as conn:
-                lock = read_lock(conn, build_schema(settings.table_prefix))
-                jt = build_schema(settings.table_prefix).journal.c
-                applied = conn.execute(
-                    sa.select(jt.segment, jt.position).order_by(jt.updated_at.desc()).limit(1)
-                ).first()
+                lock = read_lock(conn, schema)
+                applied = None
+                # A database only ActiveMQ used (not yet adopted) has no journal table.
+                if sa.inspect(conn).has_table(schema.journal.name):
+                    jt = schema.journal.c
+                    applied = conn.execute(
+                        sa.select(jt.segment, jt.position).order_by(jt.updated_at.desc()).limit(1)
+                    ).first()
         subscriptions = [
             {"topic": k.container, "client_id": k.client_id, "name": k.sub_name, "backlog": n}
             for k, n in figures.subscriptions.items()

@@ -94,3 +94,14 @@ def test_passwords_in_dsns_never_reach_error_messages() -> None:
     )
     assert alembic.returncode != 0
     assert "S3CRET_KV" not in alembic.stdout + alembic.stderr
+
+
+def test_stats_reads_a_database_only_activemq_used(empty_dsn: str, empty_engine: Engine) -> None:
+    """A read-only look needs no schema change: no mqstore table is required."""
+    load_activemq_fixture(empty_engine)
+    result = mqstore("stats", "--json", "--dsn", empty_dsn)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["destinations"] == {"queue://FIXTURE.Q": 12, "topic://FIXTURE.T": 5}
+    assert {s["name"]: s["backlog"] for s in data["subscriptions"]} == {"subA": 2, "subB": 5}
+    assert data["lock"]["state"] == "free" and data["journal"] is None
