@@ -88,6 +88,24 @@ def _settings(dsn: str | None, prefix: str | None, data_dir: Path | None, **more
     return load_settings(dsn=dsn, table_prefix=prefix, data_dir=data_dir, **more)
 
 
+def _settings_to_read(dsn: str | None, prefix: str | None, data_dir: Path | None) -> Settings:
+    """Settings for a command that only reads: with no DSN, the embedded store must exist
+    already (such a command never creates one)."""
+    settings = _settings(dsn, prefix, data_dir)
+    if settings.dsn is None:
+        from mqstore.embedded import store_exists
+
+        if not store_exists(settings.data_dir):
+            where = settings.data_dir
+            shown = str(where) if where.is_absolute() else f"./{where}"
+            raise ConfigError(
+                f"no MQSTORE_DSN is set and there is no embedded store in {shown}: pass --dsn "
+                "(or set MQSTORE_DSN), or run where the store is (or give its --data-dir); "
+                "`mqstore serve` creates one"
+            )
+    return settings
+
+
 def _status_table(settings: Settings) -> None:
     from mqstore.app import open_database
 
@@ -317,7 +335,7 @@ def browse(
         from mqstore.browse import describe, table_row
         from mqstore.store import PostgresStore
 
-        settings = _settings(dsn, table_prefix, data_dir)
+        settings = _settings_to_read(dsn, table_prefix, data_dir)
         container = _container(destination)
         with open_database(settings) as database:
             store = PostgresStore(database.engine, prefix=settings.table_prefix)
@@ -355,7 +373,7 @@ def stats(
         from mqstore.schema import build_schema
         from mqstore.store import PostgresStore
 
-        settings = _settings(dsn, table_prefix, data_dir)
+        settings = _settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
             store = PostgresStore(database.engine, prefix=settings.table_prefix)
             figures = store.stats()
@@ -442,7 +460,7 @@ def lock_status(
         from mqstore.lock import read_lock
         from mqstore.schema import build_schema
 
-        settings = _settings(dsn, table_prefix, data_dir)
+        settings = _settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database, database.engine.connect() as conn:
             status = read_lock(conn, build_schema(settings.table_prefix))
         console.print(

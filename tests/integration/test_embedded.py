@@ -1,0 +1,337 @@
+"""The embedded PostgreSQL (no DSN: ``./mqstore-data``), as a user runs it: real ``mqstore``
+processes, killed with SIGKILL where a crash is involved.
+
+Every test runs ``python -m mqstore`` in a fresh directory under /tmp with this checkout on
+PYTHONPATH, so a checkout of an older commit tests its own code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import stomp
+
+from tests.conftest import REPO
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+NOBODY = 65534
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQSTORE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+class Workdir:
+    """A fresh directory to run ``mqstore`` in; every process and server it started is
+    ended afterwards."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="mqe-", dir="/tmp"))
+        self.path.chmod(0o755)  # as /tmp/NAME usually is (the root test makes its own 0700)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def pgdata(self) -> Path:
+        return self.path / "mqstore-data" / "pg"
+
+    def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mqstore", *args],
+            cwd=cwd or self.path, env=_env(), capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+
+    def serve(self, port: int, log: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqstore", "serve", "--stomp", f"127.0.0.1:{port}",
+             "--log-level", "WARNING"],
+            cwd=self.path, env=_env(), stdout=(self.path / log).open("wb"),
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def wait_serving(self, proc: subprocess.Popen[bytes], log: str) -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            text = (self.path / log).read_text(errors="replace")
+            if "serving STOMP" in text:
+                return
+            if proc.poll() is not None:
+                pytest.fail(f"mqstore serve exited {proc.returncode}:\n{text}")
+            time.sleep(0.05)
+        pytest.fail(f"mqstore serve did not come up:\n{(self.path / log).read_text()}")
+
+    def postgres_pids(self) -> list[int]:
+        """postgres processes working in this directory (a postmaster's cwd is its data)."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                comm = (entry / "comm").read_text().strip()
+                cwd = os.readlink(entry / "cwd")
+                if comm == "postgres" and cwd.startswith(str(self.path)):
+                    pids.append(int(entry.name))
+        return pids
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        for pid in self.postgres_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGQUIT)
+        deadline = time.monotonic() + 10
+        while self.postgres_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+@pytest.fixture
+def work() -> Iterator[Workdir]:
+    workdir = Workdir()
+    try:
+        yield workdir
+    finally:
+        workdir.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _send_receive(port: int, body: str) -> str:
+    """Send ``body`` to a queue and receive it back over STOMP."""
+    received: list[str] = []
+
+    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: stomp.utils.Frame) -> None:
+            received.append(frame.body)
+
+    conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
+    conn.set_listener("l", Listener())
+    conn.connect(wait=True)
+    try:
+        conn.send("/queue/embedded", body, headers={"persistent": "true"})
+        conn.subscribe("/queue/embedded", id="1", ack="auto")
+        deadline = time.monotonic() + 15
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        conn.disconnect()
+    assert received, "no message came back"
+    return received[0]
+
+
+def _error_lines(stderr: str) -> list[str]:
+    """The ``error:`` lines, after checking nothing else but a log line or two came."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) <= 3 and "Traceback" not in stderr, stderr
+    return [line for line in lines if line.startswith("error:")]
+
+
+# -- 1. root: nothing outside the data opened up, no login user ----------------------------
+
+
+def _acl_supported(directory: Path) -> bool:
+    probe = Path(tempfile.mkdtemp(dir=directory))
+    try:
+        raw = b"\x02\0\0\0" + b"".join(
+            tag.to_bytes(2, "little") + perm.to_bytes(2, "little") + b"\xff\xff\xff\xff"
+            for tag, perm in ((1, 7), (4, 0), (0x20, 0))
+        )
+        os.setxattr(probe, "system.posix_acl_access", raw)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP):
+            return False
+        raise
+    finally:
+        probe.rmdir()
+
+
+def _as_user(uid: int, gid: int, *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(command), user=uid, group=gid, extra_groups=[], cwd="/", capture_output=True,
+        text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the root case needs root")
+def test_as_root_no_parent_directory_is_opened_and_no_login_user_is_made(work: Workdir) -> None:
+    if not _acl_supported(work.path):
+        pytest.skip("this file system has no POSIX ACLs")
+    secret = work.path / "secret-home"
+    app = secret / "app"
+    app.mkdir(parents=True)
+    secret.chmod(0o700)
+    (secret / "credentials").write_text("token\n")
+    (secret / "credentials").chmod(0o644)
+    binaries = Path(__import__("pgserver").__file__).parent / "pginstall" / "bin"
+    watched = [*app.parents, app, *binaries.parents]
+    before = {p: stat.S_IMODE(p.stat().st_mode) for p in watched}
+
+    result = work.run("db", "upgrade", cwd=app)
+    assert result.returncode == 0, result.stderr
+
+    for path, mode in before.items():
+        now = stat.S_IMODE(path.stat().st_mode)
+        # others gain nothing, the group gains no read (x may show an ACL mask, see below)
+        assert now & 0o047 == mode & 0o047, f"{path}: {mode:o} became {now:o}"
+    # Neither another user nor the directory's group can read or traverse secret-home.
+    for gid in (NOBODY, secret.stat().st_gid):
+        assert _as_user(NOBODY, gid, "cat", str(secret / "credentials")).returncode != 0
+        assert _as_user(NOBODY, gid, "ls", str(secret)).returncode != 0
+    # The server runs as a system account without a login shell.
+    owner = pwd.getpwuid((app / "mqstore-data" / "pg").stat().st_uid)
+    assert owner.pw_uid != 0
+    assert owner.pw_uid < 1000, f"{owner.pw_name} is not a system account"
+    assert Path(owner.pw_shell).name in ("nologin", "false"), owner
+    # ... which can use the store.
+    assert work.run("lock", "status", cwd=app).returncode == 0
+
+
+# -- 2. an interrupted or failed first start ----------------------------------------------
+
+
+@pytest.mark.parametrize("kill_at", ["PG_VERSION", "global/pg_control"])
+def test_first_start_killed_during_initdb_starts_next_time(work: Workdir, kill_at: str) -> None:
+    port = _free_port()
+    first = work.serve(port, "first.log")
+    deadline = time.monotonic() + 60
+    data = work.path / "mqstore-data"
+    while not any(data.glob(f"pg*/{kill_at}")):
+        assert time.monotonic() < deadline and first.poll() is None, "initdb never got there"
+        time.sleep(0.002)
+    os.killpg(first.pid, signal.SIGKILL)  # as systemd or docker kill the whole group
+    first.wait(10)
+
+    second = work.serve(port, "second.log")
+    work.wait_serving(second, "second.log")
+    assert _send_receive(port, "after a killed initdb") == "after a killed initdb"
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0
+    assert not work.postgres_pids()
+    assert not list(data.glob("pg.init-*")), "the interrupted initdb's files are left"
+
+
+def test_half_made_cluster_of_an_older_version_is_made_again(work: Workdir) -> None:
+    """What an older mqstore left when killed in initdb: PG_VERSION, the bootstrap backend's
+    7-line postmaster.pid, no global/pg_control."""
+    work.pgdata.mkdir(parents=True, mode=0o700)
+    (work.pgdata / "PG_VERSION").write_text("16\n")
+    (work.pgdata / "base").mkdir()
+    (work.pgdata / "postmaster.pid").write_text(
+        f"-999999\n{work.pgdata}\n1795409846\n5432\n\n\n  2188357     65599\n"
+    )
+    result = work.run("db", "upgrade")
+    assert result.returncode == 0, result.stderr
+    assert (work.pgdata / "global" / "pg_control").is_file()
+    assert work.run("stats", "--json").returncode == 0
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="mounting a small file system needs root")
+def test_full_disk_at_first_start_is_one_line_naming_the_cause(work: Workdir) -> None:
+    small = work.path / "small"
+    small.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "mqstore", "serve", "--stomp", f"127.0.0.1:{_free_port()}",
+             "--log-level", "WARNING"],
+            cwd=small, env=_env(), capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 2
+        lines = _error_lines(result.stderr)
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("error:") and "FATAL" in lines[0]
+        assert "disk space" in lines[0] or "No space left" in lines[0], lines[0]
+        assert "free disk space" in lines[0]
+        # nothing half-made is left to trip the next start
+        assert not [p.name for p in (small / "mqstore-data").glob("pg*")]
+    finally:
+        for pid in work.postgres_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_start_failure_reports_the_servers_fatal_line(work: Workdir) -> None:
+    assert work.run("db", "upgrade").returncode == 0
+    with (work.pgdata / "postgresql.conf").open("a") as conf:
+        conf.write("shared_buffers = 'plenty'\n")
+    result = work.run("db", "status")
+    assert result.returncode == 2
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "FATAL: configuration file" in lines[0] and "contains errors" in lines[0], lines[0]
+    assert str(work.pgdata / "log") in lines[0]  # where to read more
+
+
+# -- 3. the last user stops the server, even after a SIGKILL ------------------------------
+
+
+def test_sigkilled_serve_does_not_keep_the_server_running_for_ever(work: Workdir) -> None:
+    port = _free_port()
+    first = work.serve(port, "first.log")
+    work.wait_serving(first, "first.log")
+    assert _send_receive(port, "one") == "one"
+    first.kill()  # SIGKILL of mqstore only: its PostgreSQL goes on
+    first.wait(10)
+    assert work.postgres_pids()
+
+    second = work.serve(port, "second.log")
+    work.wait_serving(second, "second.log")
+    # another user comes and goes: the server stays up for the broker
+    stats = work.run("stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    assert _send_receive(port, "two") == "two"
+
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0
+    deadline = time.monotonic() + 15
+    while work.postgres_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not work.postgres_pids(), "the embedded PostgreSQL was left running"
+
+
+# -- 4. read-only commands never create a store -------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["stats"], ["browse", "Q"], ["lock", "status"]])
+def test_read_only_command_without_dsn_or_store_creates_nothing(
+    work: Workdir, command: list[str]
+) -> None:
+    result = work.run(*command)
+    assert result.returncode == 2
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert "MQSTORE_DSN" in lines[0] and "./mqstore-data" in lines[0], lines[0]
+    assert "db upgrade" not in lines[0]
+    assert not (work.path / "mqstore-data").exists()
