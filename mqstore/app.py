@@ -152,6 +152,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         topic_pending_limit=settings.topic_pending_limit,
         queue_high_water=settings.queue_high_water_mb << 20,
         queue_low_water=settings.queue_high_water_mb << 19,  # producers go on at half
+        memory_window_bytes=settings.memory_window_mb << 20,
         metrics_port=settings.metrics_port,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         cleanup_interval=settings.cleanup_interval_s,

@@ -84,6 +84,11 @@ class Settings(BaseSettings):
         gt=0,
         description="producers of non-persistent messages to a queue wait while it holds more",
     )
+    memory_window_mb: int = Field(
+        default=64,
+        gt=0,
+        description="bytes of stored messages a queue or durable subscription keeps in memory",
+    )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto", description="broker event loop; auto: uvloop when installed"
     )

@@ -70,7 +70,12 @@ class BrokerConfig:
     until a consumer acknowledges them (waiting, in flight or being dead-lettered). While
     those of one queue come to more than ``queue_high_water`` bytes, producers of
     non-persistent messages to it wait, until it holds less than ``queue_low_water``.
-    Persistent messages are bounded by ``memory_window`` and the store usage instead.
+    Persistent messages are bounded by the memory window and the store usage instead.
+
+    Memory window: a queue or durable subscription keeps at most ``memory_window`` stored
+    messages, and ``memory_window_bytes`` bytes of them (body + MESSAGE_OVERHEAD each; the
+    last one taken may pass it, so a larger message still goes), in memory waiting for
+    dispatch; the rest stays in the store until paged in.
     """
 
     broker_name: str = "localhost"
@@ -89,6 +94,7 @@ class BrokerConfig:
     store_usage_limit: int = 0
     producer_block_timeout: float = 30.0
     memory_window: int = 2000
+    memory_window_bytes: int = 64 << 20
     topic_pending_limit: int = 0
     topic_high_water: int = 8 << 20
     topic_low_water: int = 4 << 20
@@ -106,6 +112,11 @@ class BrokerConfig:
     stop_timeout: float = 10.0
 
     def __post_init__(self) -> None:
+        if self.memory_window < 1 or self.memory_window_bytes < 1:
+            raise ConfigError(
+                f"memory_window ({self.memory_window}) and memory_window_bytes "
+                f"({self.memory_window_bytes}) must be at least 1"
+            )
         for kind in ("topic", "queue"):
             low, high = getattr(self, f"{kind}_low_water"), getattr(self, f"{kind}_high_water")
             if not MIN_LOW_WATER <= low <= high:

@@ -1,5 +1,9 @@
 """A durable topic subscription: pending messages paged from the store after LAST_ACKED_ID.
 
+While a subscriber is attached, a bounded window of its backlog is in memory
+(``memory_window`` messages, ``memory_window_bytes`` bytes); the rest is read with
+``store.page_subscription`` as it drains.
+
 Acks advance LAST_ACKED_ID (per PRIORITY column value) to the highest acknowledged ID
 below every message of that priority not yet acknowledged: delivered, waiting in memory, or
 not yet read from the store in this session. Individual acks out of order, across
@@ -17,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from mqstore.broker.by_priority import IdsByPriority
 from mqstore.broker.messages import BrokerMessage, UnrenderableError
-from mqstore.broker.paging import LeftToPage
+from mqstore.broker.paging import LeftToPage, Window
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.writer import Op
 from mqstore.store.model import Ack, Cursor, Outcome, SubscriptionKey
@@ -53,6 +57,9 @@ class DurableSub:
         self.volatile_bytes = 0
         self._paging = False
         self._left = LeftToPage()
+        #: The stored messages in ``pending``, counted against the memory window.
+        cfg = topic.broker.config
+        self.window = Window(cfg.memory_window, cfg.memory_window_bytes)
         self._scheduled = False
         self._session = 0  # pages read for an earlier attach are dropped
 
@@ -81,6 +88,7 @@ class DurableSub:
         consumer.durable = self
         self.pending.clear()
         self.volatile_bytes = 0
+        self.window.bytes = 0
         self.tracked = set(self.acked_pending)
         self.unacked.clear()
         self.waiting.clear()
@@ -99,6 +107,7 @@ class DurableSub:
             self.consumer = None
             self.pending.clear()
             self.volatile_bytes = 0
+            self.window.bytes = 0
             self.topic.subscriber_drained()
             self.unacked.clear()
             self.waiting.clear()
@@ -109,6 +118,7 @@ class DurableSub:
         """A message published on the topic."""
         if msg.store_id is not None:
             self.backlog += 1
+            self.window.seen(msg)
         if self.consumer is None:
             return
         if msg.store_id is None:
@@ -117,7 +127,7 @@ class DurableSub:
         elif msg.store_id in self.tracked:
             return  # a page read it before its store call came back
         elif self.exhausted:
-            if len(self.pending) >= self.topic.broker.config.memory_window:
+            if self.window.full(len(self.pending)):
                 self.exhausted = False
                 self._left.skip(msg)
                 return
@@ -137,6 +147,7 @@ class DurableSub:
         self.tracked.add(msg.store_id)
         self.waiting.add(msg.store_id, msg.store_priority)
         self.pending.append(msg)
+        self.window.add(msg)
 
     # -- dispatch ---------------------------------------------------------------------------
     def kick(self) -> None:
@@ -158,6 +169,7 @@ class DurableSub:
             if msg.store_id is None:
                 self.volatile_bytes -= msg.size
             if msg.store_id is not None:
+                self.window.remove(msg)
                 self.unacked[msg.store_id] = msg.store_priority
                 self.waiting.add(msg.store_id, msg.store_priority)
                 self.delivered.add(msg.store_id)
@@ -176,10 +188,10 @@ class DurableSub:
             if batch:
                 self._submit_settle(batch)
         self.topic.subscriber_drained()
-        window = self.topic.broker.config.memory_window
-        if not self.exhausted and not self._paging and len(self.pending) <= window // 2:
+        count = len(self.pending)
+        if not self.exhausted and not self._paging and self.window.wants_page(count):
             self._paging = True
-            asyncio.get_running_loop().create_task(self._page(window - len(self.pending)))
+            asyncio.get_running_loop().create_task(self._page(self.window.page_rows(count)))
 
     async def _page(self, limit: int) -> None:
         broker = self.topic.broker
@@ -193,16 +205,28 @@ class DurableSub:
                 return
             if session != self._session:
                 rows = []  # read for a session that has ended: its attach starts over
+            if rows:
+                self.window.read(max(len(row.msg) for row in rows))
+            full = False
             for row in rows:
-                self.cursor = row.cursor
                 if row.id in self.tracked or row.id <= self.acked_upto(row.priority):
+                    self.cursor = row.cursor
                     continue
+                if self.window.bytes >= self.window.max_bytes:
+                    full = True  # this row and the rest wait in the store for a later page
+                    break
+                self.cursor = row.cursor
                 msg = BrokerMessage.from_row(row, 0)
                 if row.id in self.delivered:
                     msg.ow = msg.ow.replace(redelivery_counter=msg.ow.redelivery_counter + 1)
                 self._take(msg)
             self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read
-            if session == self._session and len(rows) < limit and self._left.count == skipped:
+            if (
+                session == self._session
+                and not full
+                and len(rows) < limit
+                and self._left.count == skipped
+            ):
                 self.exhausted = True
         except Exception:
             log.exception("paging durable subscription %s failed", self.key)
@@ -275,6 +299,7 @@ class DurableSub:
             self.tracked.add(m.store_id)
             self.waiting.add(m.store_id, m.store_priority)
             self.pending.appendleft(m)
+            self.window.add(m)
         self.kick()
 
     def give_back(self, deliveries: list[Delivery]) -> None:
@@ -292,6 +317,8 @@ class DurableSub:
                 self.pending.appendleft(copy)
                 if copy.store_id is None:
                     self.volatile_bytes += copy.size
+                else:
+                    self.window.add(copy)
         if poison:
             self.topic.broker.dead_letter(self, poison, Outcome.DEAD_LETTERED)
         self.kick()

@@ -39,6 +39,9 @@ class MemoryStore:
         self._msgs: dict[int, StoredMessage] = {}
         self._keys: set[tuple[str, str, int]] = set()
         self._subs: dict[SubscriptionKey, Subscription] = {}
+        #: LAST_ACKED_ID per PRIORITY row of each subscription (ten rows when prioritized,
+        #: as ActiveMQ's; a subscription's ``last_acked_id`` is their least, as in PostgreSQL)
+        self._acked: dict[SubscriptionKey, dict[int, int]] = {}
         self._xa: dict[Xid, Batch] = {}
         self._next_id = 1
         self._started = False
@@ -183,6 +186,7 @@ class MemoryStore:
                 last = 0 if retroactive else self._next_id - 1
                 sub = Subscription(key, selector, sub_dest, last)
                 self._subs[key] = sub
+                self._acked[key] = dict.fromkeys(range(10) if self._prioritized else (0,), last)
             return sub
 
     def get_subscription(self, key: SubscriptionKey) -> Subscription | None:
@@ -197,13 +201,23 @@ class MemoryStore:
         with self._lock:
             self._count("delete_subscription")
             self._subs.pop(key, None)
+            self._acked.pop(key, None)
             self._cleanup()
 
     def _ack(self, acks: Sequence[Ack]) -> None:
         for a in acks:
             sub = self._subs.get(a.key)
-            if sub is not None and a.message_id > sub.last_acked_id:
-                self._subs[a.key] = Subscription(a.key, sub.selector, sub.sub_dest, a.message_id)
+            if sub is None:
+                continue
+            marks = self._acked[a.key]
+            if a.message_id > marks.get(a.priority, sub.last_acked_id):
+                marks[a.priority] = a.message_id
+                least = min(marks.values())
+                self._subs[a.key] = Subscription(a.key, sub.selector, sub.sub_dest, least)
+
+    def _unacked(self, key: SubscriptionKey, row: StoredMessage) -> bool:
+        """Whether the subscription has not acknowledged ``row`` (at its priority)."""
+        return row.id > self._acked[key].get(row.priority, self._subs[key].last_acked_id)
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
         with self._lock:
@@ -220,7 +234,7 @@ class MemoryStore:
                 return []
             rows = [
                 r for r in self._msgs.values()
-                if r.container == key.container and r.id > sub.last_acked_id
+                if r.container == key.container and self._unacked(key, r)
             ]  # fmt: skip
             if after is not None:
                 mark = _order(after.priority, after.id)
@@ -235,7 +249,7 @@ class MemoryStore:
                 return 0
             return sum(
                 1 for r in self._msgs.values()
-                if r.container == key.container and r.id > sub.last_acked_id
+                if r.container == key.container and self._unacked(key, r)
             )  # fmt: skip
 
     def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
@@ -261,7 +275,7 @@ class MemoryStore:
             if not r.container.startswith("topic://"):
                 continue
             subs = [s for s in self._subs.values() if s.container == r.container]
-            if all(s.last_acked_id >= r.id for s in subs):
+            if not any(self._unacked(s.key, r) for s in subs):
                 doomed.append(r.id)
         for ident in doomed:
             row = self._msgs.pop(ident)

@@ -1,8 +1,10 @@
-"""What a destination paged from the store left for its next page to bring in."""
+"""Paging from the store: what a destination left for its next page to bring in, and
+the bounds (messages and bytes) of its in-memory window."""
 
 from __future__ import annotations
 
 from mqstore.broker.messages import BrokerMessage
+from mqstore.broker.subscriptions import MESSAGE_OVERHEAD
 from mqstore.store.model import Cursor
 
 Position = tuple[int, int]  # (-PRIORITY, ID): page order
@@ -35,3 +37,68 @@ class LeftToPage:
             return cursor
         neg_priority, ident = earliest
         return Cursor(-neg_priority, ident - 1)
+
+
+#: Rows the first page read of a destination asks for, before any message size is known.
+FIRST_PAGE_ROWS = 32
+#: The most rows one page read asks for (ActiveMQ's maxPageSize): what a read may bring
+#: beyond the room left, when messages grow larger than those seen so far, stays bounded.
+MAX_PAGE_ROWS = 200
+
+
+def window_cost(msg: BrokerMessage) -> int:
+    """Bytes a message waiting in a memory window is counted for (body + overhead)."""
+    return msg.size + MESSAGE_OVERHEAD
+
+
+class Window:
+    """The stored messages a destination holds in memory waiting for dispatch: at most
+    ``memory_window`` messages and, but for the last one taken, ``memory_window_bytes``
+    bytes (a message larger than that still goes, alone).
+
+    A page read asks for as many rows as the room left holds at the size the destination's
+    messages were lately seen at (the largest seen, halved by each read without one as
+    large: a burst of large messages shrinks reads at once, small ones grow them back);
+    rows that come back beyond the room stay in the store for a later page. A read asks
+    for at most :data:`MAX_PAGE_ROWS` rows; the next one follows at once while the window is
+    down to half.
+    """
+
+    __slots__ = ("bytes", "max_bytes", "max_count", "row_bytes")
+
+    def __init__(self, max_count: int, max_bytes: int) -> None:
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.bytes = 0  #: counted bytes of the stored messages waiting
+        self.row_bytes = 0  #: the size estimate for page reads (0: nothing seen yet)
+
+    def seen(self, msg: BrokerMessage) -> None:
+        """A stored message arrived: page reads are sized for messages as large."""
+        self.row_bytes = max(self.row_bytes, window_cost(msg))
+
+    def read(self, largest: int) -> None:
+        """A page read came back with rows of at most ``largest`` bytes (MSG)."""
+        self.row_bytes = max(largest + MESSAGE_OVERHEAD, self.row_bytes // 2)
+
+    def add(self, msg: BrokerMessage) -> None:
+        self.bytes += window_cost(msg)
+
+    def remove(self, msg: BrokerMessage) -> None:
+        self.bytes -= window_cost(msg)
+
+    def full(self, count: int) -> bool:
+        """Whether a window of ``count`` messages (and these bytes) takes no more."""
+        return count >= self.max_count or self.bytes >= self.max_bytes
+
+    def wants_page(self, count: int) -> bool:
+        """Whether to page in more: the window is down to half, in messages and bytes."""
+        return count <= self.max_count // 2 and self.bytes <= self.max_bytes // 2
+
+    def page_rows(self, count: int) -> int:
+        """The row limit of the next page read, for a window of ``count`` messages."""
+        rows = min(self.max_count - count, MAX_PAGE_ROWS)
+        if self.row_bytes == 0:
+            rows = min(rows, FIRST_PAGE_ROWS)
+        else:
+            rows = min(rows, (self.max_bytes - self.bytes) // self.row_bytes)
+        return max(rows, 1)

@@ -1,7 +1,8 @@
 """A queue: each message to one consumer, round-robin, priority order, paged from the store.
 
-Only a bounded window of a backlog is in memory; the rest is read with ``store.page``
-(keyset cursor in delivery order) as consumers drain the window. ``tracked`` holds the IDs
+Only a bounded window of a backlog is in memory (``memory_window`` messages,
+``memory_window_bytes`` bytes); the rest is read with ``store.page`` (keyset cursor in
+delivery order) as consumers drain the window. ``tracked`` holds the IDs
 the queue has in memory, in flight or being removed, so a page never yields them twice;
 ``gone`` the IDs removed while a page is being read, which that page may still hold.
 
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from mqstore.broker.flow import ProducerGate
 from mqstore.broker.messages import BrokerMessage, UnrenderableError
-from mqstore.broker.paging import LeftToPage
+from mqstore.broker.paging import LeftToPage, Window
 from mqstore.broker.subscriptions import MESSAGE_OVERHEAD, Consumer, Delivery
 from mqstore.broker.writer import Op
 from mqstore.store.model import Cursor, Outcome, Removal
@@ -62,6 +63,8 @@ class Queue:
         self._scheduled = False
         self._paging = False
         self._left = LeftToPage()
+        #: The stored messages in ``pending``, counted against the memory window.
+        self.window = Window(broker.config.memory_window, broker.config.memory_window_bytes)
         #: Bytes of the non-persistent messages held (body + MESSAGE_OVERHEAD each): waiting,
         #: in flight, or on their way out; only memory holds them.
         self.volatile_bytes = 0
@@ -74,12 +77,13 @@ class Queue:
         self.depth += 1
         self.enqueued += 1
         if msg.store_id is not None:
+            self.window.seen(msg)
             if msg.store_id in self.tracked:
                 return  # a page read it before its store call came back
             if not self.exhausted and not self._before_cursor(msg):
                 self._left.skip(msg)
                 return  # a page will bring it in
-            if self.exhausted and len(self.pending) >= self.broker.config.memory_window:
+            if self.exhausted and self.window.full(len(self.pending)):
                 self.exhausted = False
                 self._left.skip(msg)
                 return
@@ -87,8 +91,14 @@ class Queue:
         else:
             self._hold(msg)
         msg.seq = self.broker.next_seq()
-        heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
+        self._push(msg)
         self.kick()
+
+    def _push(self, msg: BrokerMessage) -> None:
+        """Into ``pending`` (a stored message counts against the window until taken out)."""
+        if msg.store_id is not None:
+            self.window.add(msg)
+        heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
 
     def _hold(self, msg: BrokerMessage) -> None:
         """Count a non-persistent message; past the high-water mark producers wait."""
@@ -116,7 +126,7 @@ class Queue:
 
     def requeue(self, msg: BrokerMessage) -> None:
         """Put a returned message back in line (keeps its original position)."""
-        heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
+        self._push(msg)
         self.kick()
 
     # -- consumers --------------------------------------------------------------------------
@@ -166,6 +176,8 @@ class Queue:
             if chosen is None:
                 break
             _, _, msg = heapq.heappop(self.pending)
+            if msg.store_id is not None:
+                self.window.remove(msg)
             if msg.expired(now):
                 self.broker.dead_letter(self, [msg], Outcome.EXPIRED)
                 continue
@@ -189,13 +201,13 @@ class Queue:
         self.broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
 
     def _maybe_page(self) -> None:
-        window = self.broker.config.memory_window
-        if self.exhausted or self._paging or len(self.pending) > window // 2:
+        count = len(self.pending)
+        if self.exhausted or self._paging or not self.window.wants_page(count):
             return
         if not self._eligible():
             return
         self._paging = True
-        asyncio.get_running_loop().create_task(self._page(window - len(self.pending)))
+        asyncio.get_running_loop().create_task(self._page(self.window.page_rows(count)))
 
     async def _page(self, limit: int) -> None:
         try:
@@ -205,15 +217,22 @@ class Queue:
             rows = await asyncio.to_thread(
                 self.broker.store.page, self.container, self.cursor, limit
             )
+            if rows:
+                self.window.read(max(len(row.msg) for row in rows))
+            full = False
             for row in rows:
-                self.cursor = row.cursor
                 if row.id in self.tracked or row.id in self.gone:
+                    self.cursor = row.cursor
                     continue
+                if self.window.bytes >= self.window.max_bytes:
+                    full = True  # this row and the rest wait in the store for a later page
+                    break
+                self.cursor = row.cursor
                 msg = BrokerMessage.from_row(row, self.broker.next_seq())
                 self.tracked.add(row.id)
-                heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
+                self._push(msg)
             self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read
-            if len(rows) < limit and self._left.count == skipped:
+            if not full and len(rows) < limit and self._left.count == skipped:
                 self.exhausted = True
         except Exception:
             log.exception("paging %s from the store failed", self.container)
@@ -291,6 +310,7 @@ class Queue:
         if out:
             heapq.heapify(keep)
             self.pending = keep
+            self._taken_out(out)
         return [e[2] for e in out]
 
     def expired_pending(self, now: int) -> list[BrokerMessage]:
@@ -298,10 +318,17 @@ class Queue:
         if not any(e[2].expired(now) for e in self.pending):
             return []
         keep = [e for e in self.pending if not e[2].expired(now)]
-        out = [e[2] for e in self.pending if e[2].expired(now)]
+        out = [e for e in self.pending if e[2].expired(now)]
         heapq.heapify(keep)
         self.pending = keep
-        return out
+        self._taken_out(out)
+        return [e[2] for e in out]
+
+    def _taken_out(self, entries: list[tuple[int, int, BrokerMessage]]) -> None:
+        """Entries taken out of ``pending`` other than by dispatch leave the window."""
+        for _, _, msg in entries:
+            if msg.store_id is not None:
+                self.window.remove(msg)
 
     def unsettled(self, msgs: list[BrokerMessage]) -> None:
         """Messages whose consumption failed to reach the store come back, after a pause
@@ -345,6 +372,7 @@ class Queue:
             "enqueued": self.enqueued,
             "dequeued": self.dequeued,
             "in_memory": len(self.pending),
+            "in_memory_bytes": self.window.bytes,
             "in_flight": sum(len(c.in_flight) for c in self.consumers),
             "non_persistent_bytes": self.volatile_bytes,
             "blocked_producers": self.gate.waiting,

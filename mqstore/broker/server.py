@@ -476,6 +476,8 @@ class Broker:
                 "subscription": key.sub_name,
                 "active": sub.active,
                 "backlog": sub.backlog,
+                "in_memory": len(sub.pending),
+                "in_memory_bytes": sub.window.bytes,
             }
             for t in list(self.topics.values())
             for key, sub in list(t.durables.items())
