@@ -154,6 +154,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         queue_low_water=settings.queue_high_water_mb << 19,  # producers go on at half
         memory_window_bytes=settings.memory_window_mb << 20,
         metrics_port=settings.metrics_port,
+        metrics_host=settings.metrics_host,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         cleanup_interval=settings.cleanup_interval_s,
         expiry_batch=settings.expiry_batch,

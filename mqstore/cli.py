@@ -261,6 +261,9 @@ def serve(
     metrics_port: Annotated[
         int | None, typer.Option(help="serve Prometheus /metrics on this port")
     ] = None,
+    metrics_host: Annotated[
+        str | None, typer.Option(help="address /metrics listens on [MQSTORE_METRICS_HOST]")
+    ] = None,
     users_file: Annotated[
         Path | None,
         typer.Option(help="STOMP logins, login=passcode lines [MQSTORE_USERS_FILE]"),
@@ -288,6 +291,7 @@ def serve(
             lock=lock,
             journal=False if no_journal else None,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
             users_file=users_file,
         )
         host, _, port = stomp.rpartition(":")

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Prometheus /metrics port"
     )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="address /metrics listens on (0.0.0.0: every one)"
+    )
     users_file: Path | None = Field(
         default=None,
         description="STOMP logins, one login=passcode per line (ActiveMQ's users.properties); "

@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from mqstore.errors import ConfigError
+
 if TYPE_CHECKING:
     from mqstore.broker.server import Broker
 
@@ -120,7 +122,14 @@ class BrokerMetrics:
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` on ``host:port`` (0 picks a port); returns the bound port."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}; pick another "
+                "--metrics-port (MQSTORE_METRICS_PORT) or --metrics-host "
+                "(MQSTORE_METRICS_HOST), or stop what listens there"
+            ) from None
         self._server, self._thread = server, thread
         bound: int = server.server_address[1]
         log.info("metrics on http://%s:%d/metrics", host, bound)

@@ -97,6 +97,21 @@ def test_serve_on_a_port_in_use_says_so(dsn: str, tmp_path: Path) -> None:
     _one_line_error(result, "address already in use")
 
 
+def test_serve_on_a_metrics_port_in_use_names_the_port_and_the_option(
+    dsn: str, tmp_path: Path
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = mqstore(
+            "serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--lock", "none",
+            "--no-journal", "--stomp", "127.0.0.1:0", "--metrics-port", str(port),
+        )  # fmt: skip
+    _one_line_error(result, f"cannot serve /metrics on 127.0.0.1:{port}")
+    assert "--metrics-port" in result.stderr
+
+
 def test_a_users_file_without_logins_is_refused(dsn: str, tmp_path: Path) -> None:
     users = tmp_path / "users.properties"
     users.write_text("# nobody yet\n")

@@ -48,7 +48,8 @@ def test_metrics_sigterm_and_lease_release(dsn: str, engine: Engine, tmp_path: P
     proc = subprocess.Popen(
         [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--no-journal",
          "--lock", "lease", "--broker-name", "ops-test", "--stomp", f"127.0.0.1:{stomp_port}",
-         "--metrics-port", str(metrics_port), "--data-dir", str(tmp_path)],
+         "--metrics-port", str(metrics_port), "--metrics-host", "0.0.0.0",
+         "--data-dir", str(tmp_path)],
         stdout=log.open("wb"), stderr=subprocess.STDOUT,
         env={**os.environ, "MQSTORE_LEASE_MS": "4000", "MQSTORE_RENEW_MS": "1000"},
     )  # fmt: skip
@@ -62,7 +63,8 @@ def test_metrics_sigterm_and_lease_release(dsn: str, engine: Engine, tmp_path: P
         with engine.connect() as c:
             holder = c.execute(sa.text("SELECT broker_name FROM activemq_lock")).scalar()
         assert holder == "ops-test"
-        body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+        # Every address: also one that is not 127.0.0.1 (a scraper on another host).
+        body = urllib.request.urlopen(f"http://127.0.0.2:{metrics_port}/metrics").read().decode()
         assert "queue://ops" in body
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
