@@ -543,7 +543,7 @@ def history_trim(
         from rich.progress import Progress
 
         from mqstore.app import open_database
-        from mqstore.archive import exported_history_bound
+        from mqstore.archive import database_identity, exported_history_bound
         from mqstore.store.history import MAX_HIST_ID, TrimBound, count_trimmable, trim_history
 
         settings = _settings(dsn, table_prefix, data_dir, history_retention_days=older_than_days)
@@ -556,9 +556,12 @@ def history_trim(
         bound = TrimBound(before_ms=2**63 - 1, upto_hist_id=MAX_HIST_ID)
         if days > 0:
             bound = bound.narrowed(TrimBound.older_than(days))
-        if exported is not None:
-            bound = bound.narrowed(exported_history_bound(exported, settings.table_prefix))
         with open_database(settings) as database:
+            if exported is not None:  # an export of this very database and prefix only
+                with database.engine.connect() as conn:
+                    identity = database_identity(conn)
+                archived = exported_history_bound(exported, settings.table_prefix, identity)
+                bound = bound.narrowed(TrimBound(*archived))
             total = count_trimmable(database.engine, settings.table_prefix, bound)
             if dry_run:
                 console.print(f"would delete {total} history row(s)")

@@ -18,7 +18,15 @@ from pyspark.sql import functions as sf
 
 from .decode import with_decoded
 from .report_html import render
-from .sources import jdbc_source, read_acks, read_lock, read_msgs, read_table, table_exists
+from .sources import (
+    inspect_database,
+    jdbc_source,
+    read_acks,
+    read_lock,
+    read_msgs,
+    read_table,
+    table_exists,
+)
 
 #: Age buckets of the distribution: (label, upper bound in ms).
 AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
@@ -30,6 +38,9 @@ AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
 )
 #: Longest list of rows kept per finding (counts are always complete).
 MAX_LISTED = 200
+#: ``ACTIVEMQ_ACKS.PRIORITY`` of the rows ActiveMQ's ``doRecordDestination`` writes to
+#: remember a destination (CLIENT_ID = SUB_NAME = its name): not subscriptions.
+DESTINATION_RECORD_PRIORITY = 11
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,16 @@ def destination_stats(msgs: DataFrame, now_ms: int) -> DataFrame:
     )
 
 
+def durable_subscriptions(acks: DataFrame) -> DataFrame:
+    """The ACKS rows of durable subscriptions (pure): rows of topics with a message priority,
+    as ``mqstore.statements`` reads them; ActiveMQ's destination records (PRIORITY 11) and
+    anything else on a queue are not subscriptions."""
+    return acks.where(
+        (sf.col("priority") < DESTINATION_RECORD_PRIORITY)
+        & sf.col("container").startswith("topic://")
+    )
+
+
 def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataFrame:
     """Per durable subscription: messages after its ``LAST_ACKED_ID`` and the oldest one's age.
 
@@ -93,9 +114,10 @@ def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataF
     priority (``prioritizedMessages``) a message counts against the row of its ``PRIORITY``.
     In-doubt (XA-prepared) messages are not deliverable and are not counted. An ACKS row
     with an XID is the subscription's own row holding a prepared acknowledgement (its
-    LAST_ACKED_ID moves only at commit), so it counts like any other.
+    LAST_ACKED_ID moves only at commit), so it counts like any other. Rows that are not
+    subscriptions (:func:`durable_subscriptions`) are left out.
     """
-    subs = acks
+    subs = durable_subscriptions(acks)
     key = ["container", "client_id", "sub_name"]
     subs = subs.withColumn("n_rows", sf.count("*").over(_window(key)))
     visible = msgs.where(sf.col("xid").isNull()).select(
@@ -156,7 +178,8 @@ def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
 def orphan_subscriptions(acks: DataFrame, msgs: DataFrame) -> DataFrame:
     """Durable subscriptions whose destination holds no message."""
     return (
-        acks.select("container", "client_id", "sub_name")
+        durable_subscriptions(acks)
+        .select("container", "client_id", "sub_name")
         .distinct()
         .join(msgs.select("container").distinct(), "container", "left_anti")
         .orderBy("container", "client_id", "sub_name")
@@ -283,6 +306,7 @@ def audit(
     Returns the report; its ``violations`` list is non-empty when a threshold is crossed.
     """
     src = jdbc_source(dsn, prefix)
+    inspect_database(dsn, prefix, ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK"))
     now = int(time.time() * 1000) if now_ms is None else now_ms
     msgs = with_decoded(read_msgs(spark, src), keep_msg=False)
     history = None
@@ -316,6 +340,7 @@ __all__ = [
     "check",
     "destination_stats",
     "duplicate_message_ids",
+    "durable_subscriptions",
     "expired_messages",
     "history_per_hour",
     "in_doubt",

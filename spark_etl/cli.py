@@ -7,7 +7,9 @@ and ``spark-submit spark_etl/submit.py`` run them on their own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +18,14 @@ import typer
 #: Exit code when the audit crosses a configured threshold.
 EXIT_THRESHOLD = 3
 _INSTALL_HINT = "PySpark is not installed: pip install 'mqstore[spark]'"
+#: Masters Spark knows (``spark-submit --master``); anything else fails inside the JVM.
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
+    r"|yarn|(spark|k8s|mesos)://\S+"
+)
+#: Tables each job reads (``history`` is optional).
+EXPORT_TABLES = ("ACTIVEMQ_MSGS",)
+AUDIT_TABLES = ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK")
 
 Dsn = Annotated[
     str,
@@ -36,28 +46,74 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _session(master: str | None) -> Any:
-    """The SparkSession, or a one-line error when PySpark or the JDBC jar is missing."""
+def _require_pyspark() -> None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
         raise _fail(_INSTALL_HINT) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (Spark's carry a JVM stack below it)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:500]
+
+
+def _session(master: str | None) -> Any:
+    """The SparkSession, or a one-line error when PySpark, the JDBC jar or the master is wrong."""
+    _require_pyspark()
+    if master is not None and not _MASTER.fullmatch(master):
+        raise _fail(
+            f"error: unknown --master {master!r}: give local, local[N], local[*], "
+            "spark://HOST:PORT, yarn or k8s://URL (or leave it unset under spark-submit)"
+        )
     from .session import JdbcJarMissingError, build_session
 
     try:
         return build_session(master)
     except JdbcJarMissingError as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:  # the JVM did not start: Java missing, master unreachable...
+        raise _fail(
+            f"error: cannot start Spark (--master {master or 'local[*]'}): {_first_line(exc)}"
+        ) from None
 
 
 def _run(action: Callable[[], Any]) -> Any:
-    """Run a job; a bad DSN or table becomes one line and exit code 1."""
+    """Run a job; whatever a user can cause becomes one line on stderr and exit code 1."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    from mqstore.errors import MqstoreError
+
     from .sources import SourceError
 
     try:
         return action()
-    except SourceError as exc:
-        raise _fail(f"error: {exc}") from None
+    except (SourceError, MqstoreError) as exc:
+        message = str(exc)
+    except OSError as exc:  # --out unwritable, disk full, ...
+        where = f": {exc.filename}" if exc.filename else ""
+        message = f"{exc.strerror or exc}{where}"
+    except (PySparkException, Py4JError) as exc:  # a read or write failed inside Spark
+        message = f"the Spark job failed: {_first_line(exc)}"
+    raise _fail(f"error: {message}")
+
+
+def _preflight(dsn: str, prefix: str, out: Path, tables: tuple[str, ...]) -> Any:
+    """Check ``--out``, the DSN, the database and its tables before Spark starts.
+
+    Returns the database's identity. Each problem is one line and exit code 1.
+    """
+    _require_pyspark()
+    from .sources import inspect_database
+
+    def check() -> Any:
+        if out.exists() and not out.is_dir():
+            raise OSError(f"--out {out} is not a directory: give a directory")
+        return inspect_database(dsn, prefix, tables)
+
+    return _run(check)
 
 
 def export_command(
@@ -74,27 +130,33 @@ def export_command(
     from rich.progress import Progress
     from rich.table import Table
 
-    spark = _session(master)
-    from .export import STEPS, export
+    identity = _preflight(dsn, table_prefix, out, EXPORT_TABLES)
+    from .export import STEPS, check_archive, export, export_lock
 
-    console = Console(stderr=True)
-    try:
-        with Progress(console=console, transient=False) as bar:
-            task = bar.add_task("export", total=len(STEPS))
-            seen: list[str] = []
+    with ExitStack() as held:  # the directory's lock: taken before Spark starts, held to the end
+        lock = _run(lambda: held.enter_context(export_lock(out)))
+        _run(lambda: check_archive(lock.directory, identity, table_prefix))
+        spark = _session(master)
+        console = Console(stderr=True)
+        try:
+            with Progress(console=console, transient=True) as bar:
+                task = bar.add_task("export", total=len(STEPS))
+                seen: list[str] = []
 
-            def step(name: str) -> None:
-                if seen:
-                    bar.advance(task)
-                seen.append(name)
-                bar.update(task, description=f"export: {name}")
+                def step(name: str) -> None:
+                    if seen:
+                        bar.advance(task)
+                    seen.append(name)
+                    bar.update(task, description=f"export: {name}")
 
-            result = _run(
-                lambda: export(spark, dsn, out, table_prefix, keep_msg=keep_msg, progress=step)
-            )
-            bar.update(task, completed=len(STEPS), description="export: done")
-    finally:
-        spark.stop()
+                result = _run(
+                    lambda: export(
+                        spark, dsn, out, table_prefix, keep_msg=keep_msg, progress=step, lock=lock
+                    )
+                )
+                bar.update(task, completed=len(STEPS), description="export: done")
+        finally:
+            spark.stop()
     table = Table(title=f"run {result.run_id} ({result.seconds:.1f} s)")
     for col in ("destination", "messages", "history"):
         table.add_column(col, justify="left" if col == "destination" else "right")
@@ -126,6 +188,7 @@ def audit_command(
     ] = None,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
+    _preflight(dsn, table_prefix, out, AUDIT_TABLES)
     spark = _session(master)
     from .audit import Thresholds, audit
 
@@ -167,4 +230,12 @@ def main() -> None:
     app()
 
 
-__all__ = ["EXIT_THRESHOLD", "audit_command", "export_command", "main", "register"]
+__all__ = [
+    "AUDIT_TABLES",
+    "EXIT_THRESHOLD",
+    "EXPORT_TABLES",
+    "audit_command",
+    "export_command",
+    "main",
+    "register",
+]

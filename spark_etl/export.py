@@ -5,7 +5,9 @@ Layout under ``out_dir``::
     messages/destination=…/date=…/*.parquet   every message seen, decoded (append-only)
     history/destination=…/date=…/*.parquet    what became of messages (append-only)
     _snapshots/<run>/                          ids stored at the last run (current messages)
-    _watermarks.json                           what has been exported; written last
+    _watermarks.json                           what has been exported, and from which
+                                               database and table prefix; written last
+    .lock                                      flock'ed by the run writing the directory
 
 Rows carry the full CONTAINER in ``container``; the ``destination`` partition value is the
 CONTAINER, or for a name too long for a directory a shortened one (:mod:`.layout`). Read
@@ -15,17 +17,28 @@ before format 2, whose partition value is always the full name.
 A run writes everything into ``_staging/<run>/``, moves the files into place (their names
 carry the run id), writes ``_watermarks.json`` atomically, then cleans up. A run that dies
 before the watermarks are written is undone by the next run, so re-running after a crash,
-or twice in a row, neither duplicates nor skips rows.
+or twice in a row, neither duplicates nor skips rows. A run holds an exclusive ``flock`` on
+``.lock`` throughout, so a second run into the same directory refuses at once.
+
+The watermarks are those of one database and table prefix (:mod:`mqstore.archive`): a run
+refuses a directory written for another one, and a directory with exported Parquet files
+but no readable watermarks (continuing would export everything again). Watermarks written
+before the database was recorded (format 1 and 2) are checked against the database before
+they are trusted: every row at or below them that the database still holds must be in the
+archive, or exported by this run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,16 +47,37 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StringType
 
+from mqstore.archive import (
+    DATABASE_KEY,
+    Identity,
+    has_identity,
+    origin_mismatch,
+    read_watermarks,
+)
+from mqstore.errors import ConfigError
+
 from .decode import with_decoded
 from .history import DEFAULT_WINDOW, HISTORY_COLUMNS, derive_removals, fetch_late_rows, read_history
 from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
-from .sources import JdbcSource, jdbc_source, read_msg_index, read_msgs, table_exists
+from .sources import (
+    JdbcSource,
+    inspect_database,
+    jdbc_source,
+    read_msg_index,
+    read_msgs,
+    read_query,
+    table_exists,
+)
 
 WATERMARKS = "_watermarks.json"
 STAGING = "_staging"
 SNAPSHOTS = "_snapshots"
-#: 2: rows carry ``container``, long names get a shortened ``destination`` (1: neither).
-FORMAT_VERSION = 2
+LOCK_FILE = ".lock"
+#: 3: the watermarks name their database (``database``); 2: rows carry ``container``,
+#: long names get a shortened ``destination`` (1: neither).
+FORMAT_VERSION = 3
+#: The run id in the name of a file a run moved into place (``r<run>-part-...``).
+_RUN_TAG = re.compile(r"^r(\d{8}T\d{6}-[0-9a-f]{8})-")
 #: Steps reported to a progress callback, in order.
 STEPS = (
     "recover",
@@ -83,13 +117,93 @@ class ExportResult:
         return sum(self.history.values())
 
 
-def load_watermarks(out_dir: Path) -> dict[str, Any]:
-    """The committed watermarks (empty for a new export directory)."""
-    path = out_dir / WATERMARKS
-    if not path.exists():
+class ArchiveError(ConfigError):
+    """An export directory this run must not write to; the message says what to do."""
+
+
+def load_watermarks(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The committed watermarks (empty for a new export directory).
+
+    Raises :class:`ArchiveError` when ``_watermarks.json`` is unreadable (truncated, blank).
+    """
+    try:
+        return read_watermarks(Path(out_dir)) or {}
+    except ConfigError as exc:
+        raise ArchiveError(
+            f"{exc}: restore it from a backup, or export into a new --out directory"
+        ) from None
+
+
+def _archived_file(out: Path) -> Path | None:
+    """A Parquet file under ``messages/`` or ``history/`` that no crashed run owns."""
+    staging = out / STAGING
+    crashed = {p.name for p in staging.iterdir()} if staging.is_dir() else set()
+    for dataset in ("messages", "history"):
+        root = out / dataset
+        for path in root.rglob("*.parquet") if root.is_dir() else ():
+            tag = _RUN_TAG.match(path.name)
+            if tag is None or tag.group(1) not in crashed:
+                return path
+    return None
+
+
+def check_archive(
+    out_dir: str | os.PathLike[str], identity: Identity, prefix: str
+) -> dict[str, Any]:
+    """The watermarks to continue ``out_dir`` from, for ``prefix``'s tables in the database
+    ``identity`` names (empty for a new directory).
+
+    Raises :class:`ArchiveError` (one line: what is wrong and what to do) when ``out_dir``
+    is not a directory, its watermarks are unreadable, or missing beside exported files, or
+    describe another database or table prefix.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ArchiveError(f"--out {out} is not a directory: give a directory for the archive")
+    marks = load_watermarks(out)
+    if not marks:
+        orphan = _archived_file(out)
+        if orphan is not None:
+            raise ArchiveError(
+                f"{out} holds exported Parquet files ({orphan.relative_to(out)}...) but no "
+                f"{WATERMARKS}: restore it from a backup, or export into a new --out directory "
+                "(exporting here again would archive every row twice)"
+            )
         return {}
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    wrong = origin_mismatch(marks, identity, prefix)
+    if wrong is not None:
+        raise ArchiveError(
+            f"{out} holds the export of other tables ({wrong}): export these into another "
+            "--out directory"
+        )
+    return marks
+
+
+@dataclass(frozen=True)
+class ExportLock:
+    """The exclusive lock on an export directory (see :func:`export_lock`)."""
+
+    directory: Path
+
+
+@contextmanager
+def export_lock(out_dir: str | os.PathLike[str]) -> Iterator[ExportLock]:
+    """Hold ``out_dir/.lock`` (``flock``, exclusive; the directory is created), or raise
+    :class:`ArchiveError` at once when another export holds it. Pass the lock to
+    :func:`export` to take it before a SparkSession starts (as ``mqstore export`` does)."""
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ArchiveError(
+                f"another export is writing {out}: let it finish, then run again"
+            ) from None
+        yield ExportLock(out)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _write_watermarks(out_dir: Path, marks: dict[str, Any]) -> None:
@@ -237,22 +351,57 @@ def export(
     keep_msg: bool = True,
     progress: Progress | None = None,
     now_ms: int | None = None,
+    lock: ExportLock | None = None,
 ) -> ExportResult:
     """Export new messages and history from the store at ``dsn`` into ``out_dir``.
 
     ``keep_msg`` keeps the raw ``MSG`` bytes next to the decoded columns. ``progress``
     is called with each name of :data:`STEPS` as it starts. Returns rows per destination
-    (full CONTAINER names).
+    (full CONTAINER names). The run holds :func:`export_lock` (or ``lock``, already held)
+    throughout. Raises :class:`ArchiveError` when ``out_dir`` must not be written
+    (:func:`check_archive`) or another export holds it, :class:`.SourceError`
+    for a DSN or tables it cannot use and
+    :class:`mqstore.errors.DatabaseUnavailableError` when the database cannot be reached.
     """
     started = time.monotonic()
-    step = progress or (lambda _name: None)
+    identity = inspect_database(dsn, prefix, ("ACTIVEMQ_MSGS",))
     out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    src = jdbc_source(dsn, prefix)
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if out.exists() and not out.is_dir():
+        check_archive(out, identity, prefix)  # says what is wrong
+    if lock is not None and lock.directory != out:
+        raise ValueError(f"the lock given is on {lock.directory}, not on {out}")
+    with nullcontext(lock) if lock is not None else export_lock(out):
+        result = _export_locked(
+            spark,
+            dsn,
+            out,
+            prefix,
+            identity,
+            history_window=history_window,
+            keep_msg=keep_msg,
+            step=progress or (lambda _name: None),
+            now=int(time.time() * 1000) if now_ms is None else now_ms,
+        )
+    result.seconds = time.monotonic() - started
+    return result
 
+
+def _export_locked(
+    spark: SparkSession,
+    dsn: str,
+    out: Path,
+    prefix: str,
+    identity: Identity,
+    *,
+    history_window: int,
+    keep_msg: bool,
+    step: Progress,
+    now: int,
+) -> ExportResult:
+    """:func:`export`, holding the directory's lock."""
+    src = jdbc_source(dsn, prefix)
     step("recover")
-    marks = load_watermarks(out)
+    marks = check_archive(out, identity, prefix)
     recover(out, marks)
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     stage = out / STAGING / run_id
@@ -272,7 +421,8 @@ def export(
 
     step("history")
     hist_mark = marks.get("hist_max_id")
-    if table_exists(spark, src, "MQSTORE_HISTORY"):
+    has_history = table_exists(spark, src, "MQSTORE_HISTORY")
+    if has_history:
         source = "mqstore_history"
         exported = None
         if any((out / "history").rglob("*.parquet")):
@@ -287,6 +437,13 @@ def export(
         history_rows(hist, keep_msg).write.partitionBy("destination", "date").parquet(
             str(stage / "history")
         )
+
+    if marks and not has_identity(marks):
+        try:
+            _verify_unrecorded_origin(spark, src, out, stage, marks, snapshot, has_history)
+        except ArchiveError:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
 
     step("publish")
     result = ExportResult(
@@ -303,6 +460,7 @@ def export(
         "run_id": run_id,
         "exported_at": now,
         "prefix": prefix,
+        DATABASE_KEY: identity,
         "msgs_max_id": new_msgs_mark,
         "hist_max_id": hist_mark,
         "history_source": source,
@@ -311,8 +469,62 @@ def export(
     _write_watermarks(out, new_marks)
     recover(out, new_marks)
     result.watermarks = new_marks
-    result.seconds = time.monotonic() - started
     return result
+
+
+def _verify_unrecorded_origin(
+    spark: SparkSession,
+    src: JdbcSource,
+    out: Path,
+    stage: Path,
+    marks: dict[str, Any],
+    snapshot: DataFrame,
+    has_history: bool,
+) -> None:
+    """Check watermarks that do not name their database (format 1 and 2) against this one.
+
+    Were they this database's, every row it holds at or below them is archived, or is a
+    late commit this run has just exported. Rows of another database or prefix are not
+    (they were never read): then :class:`ArchiveError`, and nothing is published.
+    """
+    missing: dict[str, int] = {}
+    msgs_mark = marks.get("msgs_max_id")
+    if isinstance(msgs_mark, int):
+        keys = ["id", "container", "msgid_prod", "msgid_seq"]
+        below = snapshot.where(sf.col("id") <= msgs_mark).select(*keys)
+        missing["message"] = _not_archived(spark, below, out / "messages", stage / "messages", keys)
+    hist_mark = marks.get("hist_max_id")
+    if (
+        has_history
+        and isinstance(hist_mark, int)
+        and marks.get("history_source") == "mqstore_history"
+    ):
+        keys = ["hist_id", "id", "container", "msgid_prod", "msgid_seq", "removed_at"]
+        below = read_query(
+            spark,
+            src,
+            f"SELECT {', '.join(keys)} FROM {src.table('MQSTORE_HISTORY')} "
+            f"WHERE hist_id <= {int(hist_mark)}",
+        )
+        missing["history"] = _not_archived(spark, below, out / "history", stage / "history", keys)
+    lost = [f"{n} {what} row(s)" for what, n in missing.items() if n]
+    if lost:
+        raise ArchiveError(
+            f"{out} does not hold {' and '.join(lost)} of this database at or below its "
+            "watermarks (written before exports recorded their database): it archives another "
+            "database or table prefix; export these tables into another --out directory"
+        )
+
+
+def _not_archived(
+    spark: SparkSession, rows: DataFrame, archive: Path, staged: Path, keys: list[str]
+) -> int:
+    """How many of ``rows`` (``keys`` columns) neither ``archive`` nor ``staged`` holds."""
+    if any(archive.rglob("*.parquet")):
+        rows = rows.join(read_dataset(spark, archive).select(*keys), keys, "left_anti")
+    if any(staged.rglob("*.parquet")):
+        rows = rows.join(spark.read.parquet(str(staged)).select(keys[0]), keys[0], "left_anti")
+    return rows.count()
 
 
 def current_messages(spark: SparkSession, out_dir: str | os.PathLike[str]) -> DataFrame:
@@ -324,11 +536,17 @@ def current_messages(spark: SparkSession, out_dir: str | os.PathLike[str]) -> Da
 
 
 __all__ = [
+    "LOCK_FILE",
     "STEPS",
+    "WATERMARKS",
+    "ArchiveError",
+    "ExportLock",
     "ExportResult",
+    "check_archive",
     "current_messages",
     "destination_column",
     "export",
+    "export_lock",
     "history_rows",
     "load_watermarks",
     "message_rows",

@@ -12,10 +12,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
 from mqstore.schema import table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from mqstore.archive import Identity
 
 DEFAULT_FETCHSIZE = 10_000
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
@@ -64,9 +70,11 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
     """
     scheme, sep, _ = dsn.partition("://")
     if not sep or scheme not in _SCHEMES:
+        got = f"got scheme {scheme!r}" if sep else "got no URL"  # never echo 'password=...'
         raise SourceError(
-            f"invalid DSN: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME, got scheme "
-            f"{scheme!r} (set MQSTORE_DSN or --dsn)"
+            f"invalid DSN: expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME, {got} "
+            "(libpq's keyword form 'host=... dbname=...' is not accepted; set MQSTORE_DSN "
+            "or --dsn)"
         )
     parts = urlsplit("postgresql://" + dsn.split("://", 1)[1])
     params = dict(parse_qsl(parts.query))
@@ -96,6 +104,66 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
     if password:
         props["password"] = password
     return JdbcSource(url=url, properties=props, prefix=prefix, fetchsize=fetchsize)
+
+
+def _libpq_url(dsn: str) -> str:
+    """``dsn`` in a scheme :func:`mqstore.db.parse_dsn` accepts."""
+    scheme, _, rest = dsn.partition("://")
+    return f"postgresql://{rest}" if scheme == "postgresql+psycopg2" else dsn
+
+
+def inspect_database(dsn: str, prefix: str = "", tables: tuple[str, ...] = ()) -> Identity:
+    """Connect once with psycopg (no Spark) and return the database's identity.
+
+    Raises :class:`SourceError` for a DSN pgjdbc cannot use or a table of ``tables``
+    (``ACTIVEMQ_MSGS``...) missing under ``prefix``, and
+    :class:`mqstore.errors.DatabaseUnavailableError` (one line: unknown role, missing
+    database, refused connection...) when the database cannot be reached.
+    """
+    from mqstore import db
+    from mqstore.archive import database_identity
+    from mqstore.errors import ConfigError, DatabaseUnavailableError
+
+    jdbc_source(dsn, prefix)  # refuses what pgjdbc cannot use, before connecting
+    try:
+        engine = db.create_engine(_libpq_url(dsn), pool_size=1)
+    except ConfigError as exc:
+        raise SourceError(str(exc)) from None
+    try:
+        db.check_connection(engine)
+        with engine.connect() as conn:
+
+            def found(base: str) -> bool:
+                sql = sa.text("SELECT to_regclass(:name) IS NOT NULL")
+                return bool(conn.execute(sql, {"name": table_name(prefix, base)}).scalar())
+
+            missing = [table_name(prefix, base) for base in tables if not found(base)]
+            if missing:
+                raise SourceError(_missing_tables(conn, engine.url, missing, prefix))
+            return database_identity(conn)
+    except DBAPIError as exc:  # the connection went away between the check and the queries
+        raise DatabaseUnavailableError(db.describe_connect_error(exc, engine.url)) from None
+    finally:
+        engine.dispose()
+
+
+def _missing_tables(conn: sa.Connection, url: URL, missing: list[str], prefix: str) -> str:
+    """One line naming the missing tables and the prefixes this database does have."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT DISTINCT left(c.relname, length(c.relname) - length('activemq_msgs')) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname LIKE '%activemq\\_msgs' AND c.relkind IN ('r', 'p') "
+            "AND n.nspname = ANY (current_schemas(false)) ORDER BY 1"
+        )
+    ).scalars()
+    found = [repr(p.upper()) for p in rows]
+    where = f"database {url.database!r} on {url.host}:{url.port or 5432}"
+    there = f"; its ActiveMQ tables have prefix {', '.join(found)}" if found else ""
+    return (
+        f"no table {', '.join(missing)} in {where} (--table-prefix {prefix!r}){there}: "
+        "give the broker's tablePrefix with --table-prefix or MQSTORE_TABLE_PREFIX"
+    )
 
 
 def _lower(df: DataFrame) -> DataFrame:
@@ -226,6 +294,7 @@ __all__ = [
     "SNAPSHOT_COLUMNS",
     "JdbcSource",
     "SourceError",
+    "inspect_database",
     "jdbc_source",
     "key_bounds",
     "read_acks",

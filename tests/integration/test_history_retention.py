@@ -81,17 +81,39 @@ def test_history_setting_off_records_no_removals(dsn: str, engine: Engine) -> No
     assert _left(engine) == []
 
 
+def _identity(engine: Engine) -> dict[str, str]:
+    """The database as an export records it (``pg_control_system()``, ``current_database()``)."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text("SELECT system_identifier::text, current_database() FROM pg_control_system()")
+        ).one()
+    return {"system_identifier": row[0], "name": row[1]}
+
+
 def _write_export(
-    out: Path, *, hist_max_id: int | None, exported_at: int, prefix: str = ""
+    out: Path,
+    engine: Engine,
+    *,
+    hist_max_id: int | None,
+    exported_at: int,
+    prefix: str = "",
+    database: dict[str, str] | None = None,
+    recorded: bool = True,
 ) -> Path:
+    """The watermarks an export of ``engine``'s database (or ``database``) writes."""
     out.mkdir(parents=True, exist_ok=True)
     marks = {
-        "format": 1,
+        "format": 3,
+        "run_id": "20261122T000000-0123abcd",
         "exported_at": exported_at,
         "prefix": prefix,
         "hist_max_id": hist_max_id,
         "history_source": "mqstore_history",
     }
+    if recorded:
+        marks["database"] = database or _identity(engine)
+    else:
+        marks["format"] = 2  # written before exports recorded their database
     (out / "_watermarks.json").write_text(json.dumps(marks))
     return out
 
@@ -101,7 +123,7 @@ def test_cli_trims_only_what_an_export_archived(
 ) -> None:
     hist = _removed(store, engine, [5, 4, 3, 2])
     now = int(time.time() * 1000)
-    export = _write_export(tmp_path / "archive", hist_max_id=hist[2], exported_at=now)
+    export = _write_export(tmp_path / "archive", engine, hist_max_id=hist[2], exported_at=now)
     dry = mqstore("history", "trim", "--dsn", dsn, "--exported", str(export), "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "would delete 3 history row(s)" in dry.stdout
@@ -122,7 +144,7 @@ def test_cli_keeps_rows_that_may_have_committed_after_the_export_read(
 ) -> None:
     hist = _removed(store, engine, [0.001, 1])
     export = _write_export(
-        tmp_path / "archive", hist_max_id=hist[-1], exported_at=int(time.time() * 1000)
+        tmp_path / "archive", engine, hist_max_id=hist[-1], exported_at=int(time.time() * 1000)
     )
     result = mqstore("history", "trim", "--dsn", dsn, "--exported", str(export))
     assert result.returncode == 0, result.stderr
@@ -135,7 +157,11 @@ def test_cli_keeps_rows_that_may_have_committed_after_the_export_read(
         (None, "--older-than-days N, --exported DIR"),
         ("missing", "holds no finished export"),
         ("other-prefix", "table prefix 'BRK1_'"),
+        ("other-database", "archives database 'broker' (system 1234567890)"),
+        ("other-cluster", "(system 1234567890), not database"),
+        ("unrecorded", "does not record which database"),
         ("garbage", "cannot read"),
+        ("blank", "not an export's watermarks"),
     ],
 )
 def test_cli_trim_refuses_unclear_requests(
@@ -144,11 +170,20 @@ def test_cli_trim_refuses_unclear_requests(
     hist = _removed(store, engine, [100])
     args = ["history", "trim", "--dsn", dsn]
     out = tmp_path / "archive"
+    now = int(time.time() * 1000)
     if setup == "other-prefix":
-        _write_export(out, hist_max_id=hist[0], exported_at=int(time.time() * 1000), prefix="BRK1_")
-    elif setup == "garbage":
+        _write_export(out, engine, hist_max_id=hist[0], exported_at=now, prefix="BRK1_")
+    elif setup == "other-database":
+        other = {"system_identifier": "1234567890", "name": "broker"}
+        _write_export(out, engine, hist_max_id=hist[0], exported_at=now, database=other)
+    elif setup == "other-cluster":  # same database name, another PostgreSQL cluster
+        other = {**_identity(engine), "system_identifier": "1234567890"}
+        _write_export(out, engine, hist_max_id=hist[0], exported_at=now, database=other)
+    elif setup == "unrecorded":
+        _write_export(out, engine, hist_max_id=hist[0], exported_at=now, recorded=False)
+    elif setup in ("garbage", "blank"):
         out.mkdir()
-        (out / "_watermarks.json").write_text("{not json")
+        (out / "_watermarks.json").write_text("{not json" if setup == "garbage" else "{}")
     if setup is not None:
         args += ["--exported", str(out)]
     result = mqstore(*args)

@@ -56,6 +56,24 @@ def test_fixture_figures(spark: Any, activemq_engine: Engine, tmp_path: Path) ->
     assert (tmp_path / "audit.html").stat().st_size > 1000
 
 
+def test_destination_records_are_not_subscriptions(
+    spark: Any, activemq_engine: Engine, tmp_path: Path
+) -> None:
+    # ActiveMQ's doRecordDestination: PRIORITY 11, CLIENT_ID = SUB_NAME = the queue's name.
+    for queue in (Q, "queue://VT.EMPTY"):
+        execute(
+            activemq_engine,
+            "INSERT INTO activemq_acks (container, sub_dest, client_id, sub_name, selector,"
+            " last_acked_id, priority) VALUES (:q, :q, :q, :q, NULL, 0, 11)",
+            {"q": queue},
+        )
+    limits = Thresholds(max_backlog=10)
+    report = audit(spark, dsn_of(activemq_engine), tmp_path, thresholds=limits, now_ms=NOW)
+    assert {s["sub_name"]: s["backlog"] for s in report["subscriptions"]} == {"subA": 2, "subB": 5}
+    assert report["orphan_subscriptions"] == [] and report["counts"]["orphan_subscriptions"] == 0
+    assert report["violations"] == []
+
+
 def _break_things(engine: Engine) -> None:
     """Add one of every anomaly the audit looks for."""
     execute(
