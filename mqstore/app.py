@@ -155,6 +155,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         memory_window_bytes=settings.memory_window_mb << 20,
         metrics_port=settings.metrics_port,
         metrics_host=settings.metrics_host,
+        destination_gc_after=settings.destination_gc_s,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         cleanup_interval=settings.cleanup_interval_s,
         expiry_batch=settings.expiry_batch,

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Prometheus /metrics port"
     )
+    destination_gc_s: float = Field(
+        default=60.0, ge=0, description="forget destinations idle this long; 0 keeps them"
+    )
     metrics_host: str = Field(
         default="127.0.0.1", description="address /metrics listens on (0.0.0.0: every one)"
     )

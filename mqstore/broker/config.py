@@ -105,6 +105,10 @@ class BrokerConfig:
     connect_timeout: float = 30.0
     max_batch: int = 1000
     expiry_interval: float = 1.0
+    #: Seconds a destination stays idle (no message, consumer, durable subscription or
+    #: waiting producer) before the broker forgets it (ActiveMQ's gcInactiveDestinations);
+    #: 0 keeps every destination until the broker stops.
+    destination_gc_after: float = 60.0
     expiry_batch: int = 1000
     cleanup_interval: float = 30.0
     metrics_port: int | None = None

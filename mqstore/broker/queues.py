@@ -71,6 +71,21 @@ class Queue:
         self.gate = ProducerGate()
         self._warned_at = float("-inf")
 
+    def idle(self) -> bool:
+        """Nothing to keep: no message (stored, in memory or in flight), consumer, waiting
+        producer or paging in progress; a new use makes the queue again."""
+        return (
+            self.depth == 0
+            and not self.consumers
+            and not self.pending
+            and not self.tracked
+            and not self._paging
+            and not self._scheduled
+            and self.volatile_bytes == 0
+            and not self.gate.closed
+            and not self.gate.waiting
+        )
+
     # -- arrivals ---------------------------------------------------------------------------
     def enqueue(self, msg: BrokerMessage) -> None:
         """A new message (stored already when persistent)."""

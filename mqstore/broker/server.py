@@ -66,6 +66,7 @@ class Broker:
         self._dlq_audit: set[tuple[str, str, int]] = set()
         #: store IDs whose move to the DLQ (or expiry removal) is in flight: how many moves
         self._moving: dict[int, int] = {}
+        self._idle_since: dict[str, float] = {}  # destination -> when first seen idle
         #: store IDs removed while an expiry sweep reads the store (None: no sweep reading)
         self._swept: set[int] | None = None
 
@@ -83,6 +84,9 @@ class Broker:
         self._tasks = [
             loop.create_task(self._every(self.config.expiry_interval, self.sweep_expired))
         ]
+        if self.config.destination_gc_after > 0:  # 0 disables it
+            sweep = self._every(self.config.destination_gc_after / 2, self.forget_idle)
+            self._tasks.append(loop.create_task(sweep))
         if self.config.cleanup_interval > 0:  # 0 disables it
             cleanup = self._every(self.config.cleanup_interval, self._cleanup)
             self._tasks.append(loop.create_task(cleanup))
@@ -227,6 +231,21 @@ class Broker:
             self.topic(msg.container).publish(msg)
         else:
             self.queue(msg.container).enqueue(msg)
+
+    async def forget_idle(self) -> None:
+        """Forget destinations found idle at every sweep for ``destination_gc_after``
+        seconds (one-off reply queues would otherwise add memory and metrics for ever)."""
+        now = time.monotonic()
+        after = self.config.destination_gc_after
+        dests: list[Queue | Topic] = [*self.queues.values(), *self.topics.values()]
+        for dest in dests:
+            name = dest.container
+            if not dest.idle():
+                self._idle_since.pop(name, None)
+            elif now - self._idle_since.setdefault(name, now) >= after:
+                table: dict[str, Any] = self.queues if isinstance(dest, Queue) else self.topics
+                del table[name]
+                del self._idle_since[name]
 
     def queue(self, container: str) -> Queue:
         q = self.queues.get(container)

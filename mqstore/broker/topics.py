@@ -48,6 +48,18 @@ class Topic:
         self._scheduled = False
         self._warned_at = float("-inf")
 
+    def idle(self) -> bool:
+        """Nothing to keep: no subscriber (durable ones included), stored message or
+        waiting producer; a new use makes the topic again."""
+        return (
+            not self.consumers
+            and not self.durables
+            and not self.stored
+            and not self._scheduled
+            and not self.gate.closed
+            and not self.gate.waiting
+        )
+
     @property
     def needs_store(self) -> bool:
         """Persistent messages are stored only while a durable subscription exists."""
