@@ -89,8 +89,8 @@ def _settings(dsn: str | None, prefix: str | None, data_dir: Path | None, **more
 
 
 def _settings_to_read(dsn: str | None, prefix: str | None, data_dir: Path | None) -> Settings:
-    """Settings for a command that only reads: with no DSN, the embedded store must exist
-    already (such a command never creates one)."""
+    """Settings for a command that only reads (or drops): with no DSN, the embedded store
+    must exist already (such a command never creates one)."""
     settings = _settings(dsn, prefix, data_dir)
     if settings.dsn is None:
         from mqstore.embedded import store_exists
@@ -166,7 +166,7 @@ def db_downgrade(
                 f"downgrading to {revision} drops tables and every row in them "
                 "(`base`: all messages): pass --yes to go ahead"
             )
-        settings = _settings(dsn, table_prefix, data_dir)
+        settings = _settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
             if not force:
                 _refuse_under_live_master(database.engine, settings.table_prefix)
@@ -202,7 +202,7 @@ def db_check(
     def body() -> None:
         from mqstore.app import open_database
 
-        settings = _settings(dsn, table_prefix, data_dir)
+        settings = _settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
             problems = migrate.check(database.engine, settings.table_prefix)
         if problems:
@@ -238,7 +238,7 @@ def db_status(
     dsn: DsnOpt = None, table_prefix: PrefixOpt = None, data_dir: DataDirOpt = None
 ) -> None:
     """Row counts of the ActiveMQ tables, the lock holder and the schema revision."""
-    _run(lambda: _status_table(_settings(dsn, table_prefix, data_dir)))
+    _run(lambda: _status_table(_settings_to_read(dsn, table_prefix, data_dir)))
 
 
 @app.command("serve")

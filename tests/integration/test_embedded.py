@@ -324,7 +324,17 @@ def test_sigkilled_serve_does_not_keep_the_server_running_for_ever(work: Workdir
 # -- 4. read-only commands never create a store -------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["stats"], ["browse", "Q"], ["lock", "status"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats"],
+        ["browse", "Q"],
+        ["lock", "status"],
+        ["db", "status"],
+        ["db", "check"],
+        ["db", "downgrade", "base", "--yes"],
+    ],
+)
 def test_read_only_command_without_dsn_or_store_creates_nothing(
     work: Workdir, command: list[str]
 ) -> None:
