@@ -171,18 +171,22 @@ def audit_command(
     dsn: Dsn,
     table_prefix: Prefix = "",
     master: Master = None,
-    max_depth: Annotated[int | None, typer.Option(help="messages per destination")] = None,
-    max_backlog: Annotated[int | None, typer.Option(help="pending per subscription")] = None,
+    max_depth: Annotated[int | None, typer.Option(min=0, help="messages per destination")] = None,
+    max_backlog: Annotated[int | None, typer.Option(min=0, help="pending per subscription")] = None,
     max_pending_age: Annotated[
-        float | None, typer.Option(help="seconds, oldest pending per subscription")
+        float | None, typer.Option(min=0, help="seconds, oldest pending per subscription")
     ] = None,
-    max_expired: Annotated[int | None, typer.Option(help="expired but still stored")] = None,
-    max_in_doubt: Annotated[int | None, typer.Option(help="XA-prepared rows")] = None,
+    max_expired: Annotated[int | None, typer.Option(min=0, help="expired but still stored")] = None,
+    max_in_doubt: Annotated[int | None, typer.Option(min=0, help="XA-prepared rows")] = None,
     max_undecodable: Annotated[
-        int | None, typer.Option(help="MSG values that do not decode")
+        int | None, typer.Option(min=0, help="MSG values that do not decode")
     ] = None,
-    max_duplicates: Annotated[int | None, typer.Option(help="duplicate JMS message ids")] = None,
-    max_lease_age: Annotated[float | None, typer.Option(help="seconds past the lease")] = None,
+    max_duplicates: Annotated[
+        int | None, typer.Option(min=0, help="duplicate JMS message ids")
+    ] = None,
+    max_lease_age: Annotated[
+        float | None, typer.Option(min=0, help="seconds past the lease")
+    ] = None,
     archive: Annotated[
         Path | None, typer.Option("--archive", help="export directory (history of plain ActiveMQ)")
     ] = None,

@@ -235,3 +235,10 @@ def test_cli_mistakes_are_one_line_and_exit_1(
     assert result.returncode == 1
     line = _one_line(result.stderr)
     assert line.startswith("error: ") and words in line
+
+
+def test_audit_refuses_negative_thresholds(dsn: str, tmp_path: Path) -> None:
+    result = mqstore("audit", "--dsn", dsn, "--out", str(tmp_path), "--max-backlog", "-5")
+    assert result.returncode == 2  # a usage error, before anything is read
+    assert "Invalid value for '--max-backlog'" in result.stderr
+    assert not (tmp_path / "audit.json").exists()
