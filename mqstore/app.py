@@ -156,6 +156,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         metrics_port=settings.metrics_port,
         metrics_host=settings.metrics_host,
         destination_gc_after=settings.destination_gc_s,
+        max_transaction_bytes=settings.transaction_mb << 20,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         cleanup_interval=settings.cleanup_interval_s,
         expiry_batch=settings.expiry_batch,

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Prometheus /metrics port"
     )
+    transaction_mb: int = Field(
+        default=64, ge=0, description="uncommitted transacted sends per connection; 0: no limit"
+    )
     destination_gc_s: float = Field(
         default=60.0, ge=0, description="forget destinations idle this long; 0 keeps them"
     )

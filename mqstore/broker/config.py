@@ -91,6 +91,11 @@ class BrokerConfig:
     max_pending_frames: int = 1000
     max_pending_bytes: int = 4 << 20
     max_pipelined_sends: int = 1000
+    #: Bytes of uncommitted transacted SENDs one connection may hold (body + 256 each; the
+    #: SEND that crosses it is still taken, so one large message goes); past it the next
+    #: transacted SEND gets an ERROR and the connection's transactions are rolled back.
+    #: 0: no limit.
+    max_transaction_bytes: int = 64 << 20
     store_usage_limit: int = 0
     producer_block_timeout: float = 30.0
     memory_window: int = 2000

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from mqstore.broker.flow import ProducerGate
 from mqstore.broker.frames import Frame, FrameParser, encode_frame
 from mqstore.broker.messages import BrokerMessage, container_of, from_send
-from mqstore.broker.subscriptions import ACK_MODES, Consumer, Delivery
+from mqstore.broker.subscriptions import ACK_MODES, MESSAGE_OVERHEAD, Consumer, Delivery
 from mqstore.broker.transactions import Transaction
 from mqstore.broker.writer import Op
 from mqstore.errors import DatabaseUnavailableError, LockError
@@ -133,7 +133,17 @@ class Handlers:
         msg = from_send(frame, container, self.producer, self.sequence)
         tx_id = frame.get("transaction")
         if tx_id is not None:
-            self._tx(tx_id).sends.append(msg)
+            tx = self._tx(tx_id)
+            held = sum(t.size for t in self.txs.values())
+            limit = self.broker.config.max_transaction_bytes
+            if limit and held >= limit:
+                raise _error(
+                    f"the open transactions of this connection hold {held} bytes of "
+                    f"uncommitted messages (max_transaction_bytes {limit}): commit in "
+                    "smaller transactions; they are rolled back"
+                )
+            tx.sends.append(msg)
+            tx.size += msg.size + MESSAGE_OVERHEAD
             self.receipt(frame)
             return
         broker = self.broker

@@ -14,6 +14,7 @@ class Transaction:
 
     tx_id: str
     sends: list[BrokerMessage] = field(default_factory=list)
+    size: int = 0  # bytes of ``sends`` (body + MESSAGE_OVERHEAD each): only memory holds them
     acks: list[Delivery] = field(default_factory=list)
     nacks: list[Delivery] = field(default_factory=list)
 
