@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import stomp
@@ -62,6 +63,16 @@ class BrokerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()
+
+
+@contextmanager
+def running(store: Store, **config: Any) -> Iterator[BrokerThread]:
+    """A started broker on ``store`` with these BrokerConfig fields (no heart-beats)."""
+    bt = BrokerThread(store, BrokerConfig(heartbeat_ms=(0, 0), **config)).start()
+    try:
+        yield bt
+    finally:
+        bt.close()
 
 
 class Collector(stomp.ConnectionListener):  # type: ignore[misc]

@@ -7,19 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqstore.broker import BrokerConfig
 from mqstore.store.port import Store
-from tests.broker.harness import BrokerThread, connect, wait_until
+from tests.broker.harness import BrokerThread, connect, running, wait_until
 
 GC_S = 0.4
 
 
 @pytest.fixture
 def gc_broker(any_store: Store) -> Iterator[BrokerThread]:
-    bt = BrokerThread(any_store, BrokerConfig(heartbeat_ms=(0, 0), destination_gc_after=GC_S))
-    bt.start()
-    yield bt
-    bt.close()
+    with running(any_store, destination_gc_after=GC_S) as bt:
+        yield bt
 
 
 def _names(bt: BrokerThread) -> set[str]:

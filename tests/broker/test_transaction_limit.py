@@ -7,10 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from mqstore.app import broker_config
-from mqstore.broker import BrokerConfig
 from mqstore.settings import load_settings
 from mqstore.store.port import Store
-from tests.broker.harness import BrokerThread, connect, drain
+from tests.broker.harness import BrokerThread, connect, drain, running
 
 LIMIT = 256 * 1024
 BODY = "x" * (64 * 1024)
@@ -18,10 +17,8 @@ BODY = "x" * (64 * 1024)
 
 @pytest.fixture
 def bt(any_store: Store) -> Iterator[BrokerThread]:
-    thread = BrokerThread(any_store, BrokerConfig(heartbeat_ms=(0, 0), max_transaction_bytes=LIMIT))
-    thread.start()
-    yield thread
-    thread.close()
+    with running(any_store, max_transaction_bytes=LIMIT) as thread:
+        yield thread
 
 
 def test_a_transaction_past_the_limit_is_refused_and_rolled_back(bt: BrokerThread) -> None:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -85,29 +86,30 @@ def test_serve_refuses_bad_settings_before_it_starts(
     _one_line_error(result, words)
 
 
-def test_serve_on_a_port_in_use_says_so(dsn: str, tmp_path: Path) -> None:
+def _serve_beside_a_listener(dsn: str, tmp_path: Path, *port_args: str) -> tuple[int, Any]:
+    """``mqstore serve`` with ``{port}`` in ``port_args`` taken by another listener."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         result = mqstore(
             "serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--lock", "none",
-            "--no-journal", "--stomp", f"127.0.0.1:{port}",
+            "--no-journal", *(a.format(port=port) for a in port_args),
         )  # fmt: skip
+    return port, result
+
+
+def test_serve_on_a_port_in_use_says_so(dsn: str, tmp_path: Path) -> None:
+    _, result = _serve_beside_a_listener(dsn, tmp_path, "--stomp", "127.0.0.1:{port}")
     _one_line_error(result, "address already in use")
 
 
 def test_serve_on_a_metrics_port_in_use_names_the_port_and_the_option(
     dsn: str, tmp_path: Path
 ) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        result = mqstore(
-            "serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--lock", "none",
-            "--no-journal", "--stomp", "127.0.0.1:0", "--metrics-port", str(port),
-        )  # fmt: skip
+    port, result = _serve_beside_a_listener(
+        dsn, tmp_path, "--stomp", "127.0.0.1:0", "--metrics-port", "{port}"
+    )
     _one_line_error(result, f"cannot serve /metrics on 127.0.0.1:{port}")
     assert "--metrics-port" in result.stderr
 

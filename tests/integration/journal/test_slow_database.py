@@ -83,6 +83,12 @@ def _start_checkpoint(
     return thread, out, _waiting_backend(engine)
 
 
+def _ours(store: JournaledStore, n: int) -> tuple[JournaledStore, str]:
+    """``store`` and a producer of its own (no database query to admit its sends)."""
+    store.new_producers(OURS)
+    return store, f"{OURS}{n}:1:1"
+
+
 def _rows(engine: Engine) -> list[tuple[int, int]]:
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT id, msgid_seq FROM activemq_msgs ORDER BY id"))
@@ -92,9 +98,7 @@ def _rows(engine: Engine) -> list[tuple[int, int]]:
 def test_writes_and_reads_go_on_while_a_checkpoint_waits_on_the_database(
     make_journaled: JournaledFactory, engine: Engine
 ) -> None:
-    store = make_journaled()
-    store.new_producers(OURS)
-    producer = OURS + "1:1:1"
+    store, producer = _ours(make_journaled(), 1)
     first = store.add([msg(Q, 1, producer=producer)])
     with _table_locked(engine):
         ckpt, result, _ = _start_checkpoint(store, engine)
@@ -115,9 +119,7 @@ def test_writes_and_reads_go_on_while_a_checkpoint_waits_on_the_database(
 def test_a_checkpoint_that_fails_while_writers_went_on_loses_nothing(
     make_journaled: JournaledFactory, engine: Engine
 ) -> None:
-    store = make_journaled()
-    store.new_producers(OURS)
-    producer = OURS + "2:1:1"
+    store, producer = _ours(make_journaled(), 2)
     first = store.add([msg(Q, 1, producer=producer)])
     with _table_locked(engine) as blocker:
         ckpt, result, pid = _start_checkpoint(store, engine)
@@ -134,9 +136,7 @@ def test_a_checkpoint_that_fails_while_writers_went_on_loses_nothing(
 def test_writers_wait_for_room_when_the_window_fills_behind_a_waiting_checkpoint(
     make_journaled: JournaledFactory, engine: Engine
 ) -> None:
-    store = make_journaled(max_pending_bytes=64 * 1024)
-    store.new_producers(OURS)
-    producer = OURS + "3:1:1"
+    store, producer = _ours(make_journaled(max_pending_bytes=64 * 1024), 3)
     big = b"x" * 16 * 1024
     store.add([msg(Q, 1, producer=producer, body=big)])
     with _table_locked(engine):
@@ -163,9 +163,7 @@ def test_writers_wait_for_room_when_the_window_fills_behind_a_waiting_checkpoint
 def test_a_message_consumed_during_a_checkpoint_stays_consumed_once_it_commits(
     make_journaled: JournaledFactory, engine: Engine
 ) -> None:
-    store = make_journaled()
-    store.new_producers(OURS)
-    producer = OURS + "4:1:1"
+    store, producer = _ours(make_journaled(), 4)
     hour = int(time.time() * 1000) + 3_600_000
     first = store.add([msg(Q, 1, producer=producer, expiration=hour)])
     later = store.add([msg(Q, 2, producer=producer, expiration=hour)])
