@@ -666,10 +666,10 @@ class JournaledStore(MergedReads):
         with self._lock:
             state = self._state
             mem = [m for m in state.adds.values() if 0 < m.expiration < now_ms]
-            removed, purged = list(state.removed), list(state.purged)
-        found = self.db.expired(now_ms, limit, removed, purged)
-        seen = {m.id for m in mem}  # a checkpoint in flight may have stored them already
-        rows = mem + [r for r in found if r.id not in seen]
+            # In-flight adds may be rows already: they are read from memory only.
+            removed = list(state.removed) + state.in_flight_live()
+            purged = list(state.purged)
+        rows = mem + self.db.expired(now_ms, limit, removed, purged)
         rows = sorted(rows, key=lambda m: (m.expiration, m.id))[:limit]
         if remove and rows:
             self._write((), [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows], ())
