@@ -61,6 +61,8 @@ def redact(dsn: str | URL) -> str:
         return "<unparsable DSN>"
     if "password" in url.query:  # ?password=... is libpq's too
         url = url.update_query_dict({"password": "***"})
+    if url.drivername == "postgresql+psycopg":  # the driver suffix is ours, not the user's
+        url = url.set(drivername="postgresql")
     return url.render_as_string(hide_password=True)
 
 

@@ -32,6 +32,8 @@ def test_bad_dsn_is_one_line_without_traceback() -> None:
         assert result.returncode == 2
         assert words in result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+    # the DSN is shown as the user writes it, without SQLAlchemy's driver suffix
+    assert "(postgresql://u@127.0.0.1:1/db)" in result.stderr
 
 
 def test_missing_database_says_how_to_fix(empty_dsn: str) -> None:
