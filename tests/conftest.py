@@ -12,6 +12,7 @@ import itertools
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -70,27 +71,41 @@ class ThrowawayServer:
     """A private PostgreSQL cluster from the binaries the ``pgserver`` package ships, on a
     free loopback port, that a test may stop, restart or crash (``pg_ctl``).
 
-    pgserver initialises the data directory (as its own system user when run as root, since
-    PostgreSQL refuses root); the server is then started on TCP, which ActiveMQ's and
-    Spark's JDBC drivers need.
+    Made the way the embedded store makes its own (:mod:`mqstore.embedded`): as root the
+    server runs as that store's system user, with no login shell and no mode bit changed
+    outside the cluster. It listens on TCP, which ActiveMQ's and Spark's JDBC drivers need.
     """
 
     def __init__(self) -> None:
-        import pgserver
+        from mqstore.embedded.account import ensure_traverse, server_account
+        from mqstore.embedded.server import binaries_dir
 
+        self.bin = binaries_dir()
         self.dir = Path(tempfile.mkdtemp(prefix="mqs-pg-", dir="/tmp"))
-        pgserver.get_server(self.dir, cleanup_mode="stop").cleanup()  # initdb, then stop
-        self.user = "pgserver" if os.geteuid() == 0 else None
+        self.account = server_account(self.dir)
+        if self.account is not None:
+            os.chown(self.dir, self.account.uid, self.account.gid)
+            ensure_traverse(self.account, [self.dir, self.bin.parent])
+        self._run("initdb", "-D", str(self.dir), "--auth=trust", "-U", "postgres", "-E", "utf8")
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self.start()
 
-    def _pg_ctl(self, *args: str) -> None:
-        from pgserver import _commands
+    def _run(self, program: str, *args: str) -> None:
+        account = self.account
+        ids = {} if account is None else {"user": account.uid, "group": account.gid}
+        result = subprocess.run(
+            [str(self.bin / program), *args],
+            capture_output=True, text=True, cwd="/", timeout=300, check=False,
+            **ids,  # type: ignore[arg-type]
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"{program} {' '.join(args)} failed: {result.stderr}")
 
-        _commands.pg_ctl(["-w", *args], pgdata=self.dir, user=self.user)
+    def _pg_ctl(self, *args: str) -> None:
+        self._run("pg_ctl", "-D", str(self.dir), "-w", *args)
 
     def start(self) -> None:
         options = f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off"

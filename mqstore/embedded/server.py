@@ -72,7 +72,7 @@ class EmbeddedPostgres:
                 f"data directory path {self.data_dir} is too long for PostgreSQL's socket; "
                 "use a shorter --data-dir (or MQSTORE_DATA_DIR)"
             )
-        bin_dir = _bin_dir()
+        bin_dir = binaries_dir()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             start_lock = os.open(self.root / ".pg-start", os.O_RDWR | os.O_CREAT, 0o600)
@@ -252,7 +252,7 @@ class EmbeddedPostgres:
         info = Postmaster.read(self.data_dir)
         if info is None or not serves(info.pid, self.data_dir):
             return
-        bin_dir = _bin_dir()
+        bin_dir = binaries_dir()
         try:
             result = self._run(
                 bin_dir / "pg_ctl", "-D", str(self.data_dir), "-w", "-t", "60", "-m", "fast",
@@ -270,7 +270,7 @@ class EmbeddedPostgres:
 # -- helpers ---------------------------------------------------------------------------
 
 
-def _bin_dir() -> Path:
+def binaries_dir() -> Path:
     """pgserver's PostgreSQL binaries (without importing pgserver, which has side effects)."""
     spec = importlib.util.find_spec("pgserver")
     locations = list(spec.submodule_search_locations or []) if spec else []
