@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-import mqstore.lock
+import mqstore.lock.lease
 from mqstore.errors import ConfigError, LockLostError
 from mqstore.lock import LeaseLocker, LockStatus, RowLocker, read_lock
 from mqstore.statements import statements_for
@@ -137,7 +137,7 @@ def test_db_clock_mode_uses_the_database_time(
             {"t": _now_ms() - 100},
         )
     slow = types.SimpleNamespace(time=lambda: time.time() - 3600, monotonic=time.monotonic)
-    monkeypatch.setattr(mqstore.lock, "time", slow)
+    monkeypatch.setattr(mqstore.lock.lease, "time", slow)
 
     local = LeaseLocker(engine, SCHEMA, "local-clock", lease_ms=2000, renew_ms=500)
     assert not local.try_acquire()  # on its own clock the lease has an hour to go

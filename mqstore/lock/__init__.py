@@ -1,0 +1,31 @@
+"""Master election on ACTIVEMQ_LOCK, interoperable with ActiveMQ's lockers on the same row.
+
+* :class:`LeaseLocker` is ActiveMQ's ``LeaseDatabaseLocker``: the same conditional UPDATEs and
+  stored values (TIME = lease expiry in epoch ms, BROKER_NAME = holder; release to (NULL, 0)).
+* :class:`RowLocker` is ActiveMQ's ``DefaultDatabaseLocker``: ``SELECT ... FOR UPDATE`` held in
+  an open transaction for the master's whole life. It keeps a transaction open, which stops
+  VACUUM from removing dead rows in every table; prefer the lease where you can.
+
+All brokers sharing the tables must use the same kind of locker: a lease holder takes no row
+lock, so a row locker would get the row at once (and a row holder blocks lease UPDATEs).
+"""
+
+from __future__ import annotations
+
+from mqstore.lock.exclusive import ExclusiveLease
+from mqstore.lock.lease import GUARD_GRACE_MS, LeaseLocker
+from mqstore.lock.locker import Locker, NoLocker, Renewal
+from mqstore.lock.row import RowLocker
+from mqstore.lock.status import LockStatus, read_lock
+
+__all__ = [
+    "GUARD_GRACE_MS",
+    "ExclusiveLease",
+    "LeaseLocker",
+    "LockStatus",
+    "Locker",
+    "NoLocker",
+    "Renewal",
+    "RowLocker",
+    "read_lock",
+]

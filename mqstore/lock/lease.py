@@ -1,0 +1,413 @@
+"""ActiveMQ's lease protocol (``LeaseDatabaseLocker``), with a guard session that lets an
+mqstore standby take over the moment a master's process dies."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from mqstore.errors import ConfigError, LockLostError
+from mqstore.lock.guard import Guard
+from mqstore.lock.locker import Renewal
+from mqstore.lock.status import LockStatus, read_lock
+from mqstore.schema import StoreSchema
+
+log = logging.getLogger(__name__)
+
+
+#: A holder's guard session as a standby's watch session sees it, with that watch session's
+#: backend pid and the server's start (with the session's own generation, see
+#: ``LeaseLocker._see_guard``, they stay the same only while neither the watch session nor
+#: the server restarted: then a guard that ended, ended on its own).
+_GUARD_SEEN = sa.text(
+    "SELECT pg_backend_pid() AS pid, pg_postmaster_start_time() AS started, "
+    "CAST(extract(epoch FROM clock_timestamp() - pg_postmaster_start_time()) * 1000 "
+    "AS bigint) AS up_ms, "
+    "EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = :name) AS alive"
+)
+
+#: A holder reopens its guard session within a fraction of a second of the database
+#: answering again; a renewal this long after the server started proves the guard was open.
+GUARD_GRACE_MS = 2000
+
+
+@dataclass(frozen=True)
+class _GuardSeen:
+    alive: bool
+    session: tuple[int, int, object]  # the watch session: (generation, backend pid, server start)
+    up_ms: int  # how long the server has been up
+
+
+class OwnLease(enum.Enum):
+    """What a broker finds when the lease is held under its own name."""
+
+    GONE = "gone"  # no guard, and the holder renewed on this server: it died; take it now
+    UNKNOWN = "unknown"  # no proof either way (a database restart since): wait for expiry
+    ALIVE = "alive"  # a guard session under this name is open
+
+
+class LeaseLocker:
+    """ActiveMQ's lease protocol.
+
+    ``lease_ms`` is ActiveMQ's ``lockAcquireSleepInterval``, ``renew_ms`` its
+    ``lockKeepAlivePeriod``; the renewal must come well before the lease ends. With
+    ``max_clock_diff_ms > 0`` (ActiveMQ's ``maxAllowableDiffFromDBTime``) times are on the
+    database clock whenever the local clock is further off than that.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        schema: StoreSchema,
+        holder: str,
+        *,
+        lease_ms: int = 10_000,
+        renew_ms: int = 5_000,
+        max_clock_diff_ms: int = 0,
+        poll_ms: int | None = None,
+    ) -> None:
+        if renew_ms >= lease_ms:
+            raise ConfigError(
+                f"lock renewal period ({renew_ms} ms) must be shorter than the lease "
+                f"({lease_ms} ms), or the lease lapses between renewals"
+            )
+        self.engine, self.schema, self.holder = engine, schema, holder
+        self.lease_ms, self.renew_ms = lease_ms, renew_ms
+        self.max_clock_diff_ms = max_clock_diff_ms
+        self.poll_s = (poll_ms if poll_ms is not None else min(1000, renew_ms)) / 1000
+        self._adjust_ms: int | None = None
+        self._held = False
+        self._deadline = 0.0  # time.monotonic() after which the lease may be someone else's
+        self._lost = ""  # why the lease was lost, once it was
+        self._unanswered_since: float | None = None  # renewals failing since (monotonic)
+        self._told_expired = False
+        self._mutex = threading.Lock()
+        self._guard: Guard | None = None
+        # holder -> the watch session that saw its guard alive (see _GUARD_SEEN)
+        self._guarded: dict[str, tuple[int, int, object]] = {}
+        self._watch: Connection | None = None  # a standby's session for watching guards
+        self._watch_generation = 0  # which watch session (a new one never vouches for the old)
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.renew_ms / 1000
+
+    def _now_ms(self, conn: Connection) -> int:
+        if self._adjust_ms is None:
+            self._adjust_ms = 0
+            if self.max_clock_diff_ms > 0:
+                db_ms = conn.execute(
+                    sa.text("SELECT (extract(epoch FROM CURRENT_TIMESTAMP) * 1000)::bigint")
+                ).scalar_one()
+                diff = int(time.time() * 1000) - int(db_ms)
+                if abs(diff) > self.max_clock_diff_ms:
+                    self._adjust_ms = -diff
+                    log.warning("local clock is %d ms off the database; using DB time", diff)
+        return int(time.time() * 1000) + self._adjust_ms
+
+    def try_acquire(self) -> bool:
+        """One attempt: ActiveMQ's ``TIME IS NULL OR TIME < now`` conditional UPDATE."""
+        lock = self.schema.lock
+        with self.engine.begin() as conn:
+            started, taken = self._write_lease(
+                conn, lambda now: sa.or_(lock.c.time.is_(None), lock.c.time < now)
+            )
+        return taken and self._became_master(started)
+
+    def _write_lease(
+        self, conn: Connection, condition: Callable[[int], sa.ColumnElement[bool]]
+    ) -> tuple[float, bool]:
+        """ActiveMQ's conditional lease UPDATE: the row names this broker until now + lease,
+        if ``condition(now)`` holds. Returns when it was sent and whether the row matched."""
+        lock = self.schema.lock
+        started = time.monotonic()
+        now = self._now_ms(conn)
+        result = conn.execute(
+            sa.update(lock)
+            .where(condition(now), lock.c.id == 1)
+            .values(broker_name=self.holder, time=now + self.lease_ms)
+        )
+        return started, result.rowcount == 1
+
+    def _became_master(self, started: float) -> bool:
+        with self._mutex:
+            self._held, self._deadline = True, started + self.lease_ms / 1000
+            self._lost, self._unanswered_since, self._told_expired = "", None, False
+        if self.renew() is Renewal.LOST:
+            return False
+        self._open_guard()
+        return True
+
+    # -- the guard session: fast failover between mqstore brokers ---------------------------
+    def guard_name(self, holder: str) -> str:
+        """The ``application_name`` of ``holder``'s guard session (63 bytes at most)."""
+        digest = hashlib.sha1(f"{self.schema.lock.name}/{holder}".encode()).hexdigest()[:24]
+        return f"mqstore-lease:{digest}"
+
+    def _open_guard(self) -> None:
+        """Keep one idle session named after this holder while master (no open transaction,
+        so VACUUM is not held back). When this process dies, PostgreSQL ends the session at
+        once, and a waiting mqstore standby takes over without waiting for the lease. Its
+        own thread reopens it as soon as the database answers again after a restart."""
+        guard = Guard(self.engine, self.guard_name(self.holder), self.renew_interval_s)
+        with self._mutex:
+            old, self._guard = self._guard, guard
+        if old is not None:
+            old.close()
+        guard.start()
+
+    def _close_guard(self, wait: bool = True) -> None:
+        with self._mutex:
+            guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.close(wait=wait)
+
+    # -- a standby watching the holder's guard ----------------------------------------------
+    def _watch_session(self) -> Connection:
+        if self._watch is None:
+            self._watch = self.engine.connect()
+            self._watch_generation += 1
+        return self._watch
+
+    def _drop_watch(self) -> None:
+        """Drop the watch session (after an error): a guard seen from it proves nothing
+        about why that guard is gone when a later session looks (the server may have
+        restarted in between)."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                watch.invalidate()
+                watch.close()
+
+    def _see_guard(self, conn: Connection, holder: str) -> _GuardSeen:
+        row = conn.execute(_GUARD_SEEN, {"name": self.guard_name(holder)}).one()
+        session = (self._watch_generation if conn is self._watch else 0, int(row.pid), row.started)
+        return _GuardSeen(bool(row.alive), session, int(row.up_ms))
+
+    def own_lease(self, conn: Connection, status: LockStatus) -> OwnLease:
+        """The lease is held under this broker's own name: is that holder (an earlier run of
+        this broker, normally) provably gone? Only when no guard session under this name is
+        open and the holder last renewed at least :data:`GUARD_GRACE_MS` after the server
+        started: it then had its guard on this very server, and a session that ends without
+        a server restart ends with its process."""
+        seen = self._see_guard(conn, self.holder)
+        if seen.alive:
+            return OwnLease.ALIVE
+        if status.time is None:
+            return OwnLease.UNKNOWN
+        renewed_ms_ago = self._now_ms(conn) - (status.time - self.lease_ms)
+        if renewed_ms_ago + GUARD_GRACE_MS < seen.up_ms:
+            return OwnLease.GONE
+        return OwnLease.UNKNOWN
+
+    def take_over_dead(self, dead: str, why: str) -> bool:
+        """The holder is gone: take its lease now (only if the row still names it)."""
+        lock = self.schema.lock
+        with self.engine.begin() as conn:
+            started, taken = self._write_lease(conn, lambda _now: lock.c.broker_name == dead)
+        if not taken:
+            return False
+        log.warning("master %s is gone (%s): taking over its lease now", dead, why)
+        return self._became_master(started)
+
+    def _standby_check(self, conn: Connection, status: LockStatus) -> bool:
+        """While waiting: watch the holder's guard; take over the moment it disappears while
+        the database stays up. After a database restart every session ended, a live
+        master's guard too: then wait for the guard to come back, or for the lease to run
+        out as ActiveMQ does."""
+        holder = status.broker_name
+        if holder is None:
+            return False
+        if holder == self.holder:
+            if self.own_lease(conn, status) is OwnLease.GONE:
+                conn.rollback()
+                return self.take_over_dead(holder, "an earlier run of this broker")
+            return False
+        seen = self._see_guard(conn, holder)
+        conn.rollback()  # end the snapshot of pg_stat_activity
+        if seen.alive:
+            self._guarded[holder] = seen.session
+            return False
+        saw = self._guarded.pop(holder, None)
+        if saw is None:
+            return False  # an ActiveMQ holder (no guard), or one never seen: wait for its lease
+        if saw == seen.session:
+            return self.take_over_dead(holder, "its session ended while the database stayed up")
+        log.info(
+            "the guard session of %s ended while this standby's own session ended too (a "
+            "database restart): waiting for the guard to come back, or for the lease to expire",
+            holder,
+        )
+        return False
+
+    def acquire(self, stop: threading.Event) -> bool:
+        last_seen: LockStatus | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    if self.try_acquire():
+                        log.info(
+                            "became master: lease on %s held by %s",
+                            self.schema.lock.name,
+                            self.holder,
+                        )
+                        return True
+                    conn = self._watch_session()
+                    status = read_lock(conn, self.schema)
+                    if self._standby_check(conn, status):
+                        return True
+                    conn.rollback()
+                    if status != last_seen:
+                        log.info("waiting as slave: lock %s", status.describe())
+                        last_seen = status
+                except SQLAlchemyError as exc:
+                    self._drop_watch()
+                    log.warning("lock attempt failed, retrying: %s", str(exc).splitlines()[0])
+                stop.wait(self.poll_s)
+            return False
+        finally:
+            self._drop_watch()
+            self._guarded.clear()
+
+    # -- the master's side -------------------------------------------------------------------
+    def fence(self, conn: Connection) -> None:
+        """Lock the lock row for share in the writer's transaction and check the holder.
+
+        A takeover UPDATE waits until this transaction ends, and after a takeover this
+        check fails: a deposed master can never commit beside the new one.
+        """
+        lock = self.schema.lock
+        self.check_fence(
+            conn.execute(
+                sa.select(lock.c.broker_name).where(lock.c.id == 1).with_for_update(read=True)
+            ).scalar_one_or_none()
+        )
+
+    @property
+    def fence_holder(self) -> str:
+        return self.holder
+
+    fence_session = None
+
+    def check_fence(self, found: str | None) -> None:
+        if found != self.holder:
+            self._lose(
+                f"the lease on {self.schema.lock.name} now belongs to {found!r}"
+                if found is not None
+                else f"the lease on {self.schema.lock.name} was released by another process"
+            )
+            raise LockLostError(
+                f"the lease on {self.schema.lock.name} now belongs to {found!r}, not "
+                f"{self.holder!r}: this store stopped writing. Restart it to wait as a standby."
+            )
+
+    def _lose(self, reason: str) -> None:
+        with self._mutex:
+            self._held = False
+            if not self._lost:
+                self._lost = reason
+        self._close_guard(wait=False)
+
+    @property
+    def lost_reason(self) -> str:
+        with self._mutex:
+            return self._lost
+
+    def keep_alive(self) -> bool:
+        """ActiveMQ's renewal; False only when the lease is lost (see :meth:`renew`)."""
+        return self.renew() is not Renewal.LOST
+
+    def renew(self) -> Renewal:
+        """ActiveMQ's renewal: ``UPDATE ... WHERE BROKER_NAME = me``; 0 rows means the lease
+        is lost. A database that does not answer is not a loss: the lease stays ours until
+        its local deadline (then writes are refused), and the next renewal that gets through
+        keeps it if no other broker took it meanwhile."""
+        if self.lost_reason:
+            return Renewal.LOST
+        try:
+            try:
+                started, status = self._renew_once()
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise
+                # a pooled connection that ended with a database restart: once more, on a new one
+                started, status = self._renew_once()
+        except SQLAlchemyError as exc:  # the database, or no pooled connection in time
+            return self._unanswered(exc)
+        if status is not None:
+            self._lose(f"the lock {self.schema.lock.name} is now {status.describe()}")
+            return Renewal.LOST
+        with self._mutex:
+            self._held, self._deadline = True, started + self.lease_ms / 1000
+            since, self._unanswered_since = self._unanswered_since, None
+            expired, self._told_expired = self._told_expired, False
+        if since is not None:
+            log.info(
+                "lease on %s renewed after %.1f s without the database%s",
+                self.schema.lock.name,
+                time.monotonic() - since,
+                ": nobody took it, writes resume" if expired else "",
+            )
+        return Renewal.KEPT
+
+    def _renew_once(self) -> tuple[float, LockStatus | None]:
+        """One renewal: when it was sent, and the lock row if the renewal did not match it."""
+        lock = self.schema.lock
+        with self.engine.begin() as conn:
+            started, kept = self._write_lease(conn, lambda _now: lock.c.broker_name == self.holder)
+            return started, None if kept else read_lock(conn, self.schema)
+
+    def _unanswered(self, exc: SQLAlchemyError) -> Renewal:
+        cause = str(exc).splitlines()[0]
+        now = time.monotonic()
+        with self._mutex:
+            first = self._unanswered_since is None
+            if first:
+                self._unanswered_since = now
+            left = self._deadline - now
+            tell_expired = left <= 0 and not self._told_expired
+            if tell_expired:
+                self._told_expired = True
+        if first and left > 0:
+            log.error("lease renewal failed (%s); still master for %.1f s, retrying", cause, left)
+        elif tell_expired:
+            log.error(
+                "the lease on %s ran out while the database did not answer (%s): writes are "
+                "refused until a renewal gets through, which keeps the lease if no other "
+                "broker took it meanwhile",
+                self.schema.lock.name,
+                cause,
+            )
+        else:
+            log.debug("lease renewal failed again: %s", cause)
+        return Renewal.UNREACHABLE
+
+    def is_held(self) -> bool:
+        with self._mutex:
+            return self._held and time.monotonic() < self._deadline
+
+    def release(self) -> None:
+        """ActiveMQ's release: BROKER_NAME NULL, TIME 0, only if we hold it."""
+        lock = self.schema.lock
+        with self._mutex:
+            self._held = False
+        self._close_guard()
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    sa.update(lock)
+                    .where(lock.c.broker_name == self.holder, lock.c.id == 1)
+                    .values(broker_name=None, time=0)
+                )
+        except DBAPIError as exc:
+            log.warning("could not release the lease: %s", str(exc).splitlines()[0])

@@ -1,0 +1,157 @@
+"""ActiveMQ's row-lock protocol (``DefaultDatabaseLocker``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from mqstore.errors import LockLostError
+from mqstore.lock.locker import Renewal
+from mqstore.schema import StoreSchema
+from mqstore.statements import LOCK_SESSION_ALIVE
+
+log = logging.getLogger(__name__)
+
+
+class RowLocker:
+    """ActiveMQ's default locker: a row lock held in a transaction for the master's life.
+
+    The open transaction keeps VACUUM from removing dead rows (ACTIVEMQ_MSGS bloats), and a
+    dead master's lock lasts until PostgreSQL notices its connection is gone. Use it only
+    when the ActiveMQ brokers sharing the database use ``DefaultDatabaseLocker``.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        schema: StoreSchema,
+        holder: str,
+        *,
+        renew_ms: int = 5_000,
+        poll_ms: int = 1_000,
+    ) -> None:
+        self.engine, self.schema, self.holder = engine, schema, holder
+        self.renew_ms, self.poll_ms = renew_ms, poll_ms
+        self._conn: Connection | None = None
+        self._xact: str | None = None  # the lock transaction's id (xid8)
+        self._mutex = threading.Lock()
+        self._lost = ""
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.renew_ms / 1000
+
+    def acquire(self, stop: threading.Event) -> bool:
+        lock = self.schema.lock
+        while not stop.is_set():
+            conn = self.engine.connect()
+            try:
+                conn.execute(sa.text(f"SET lock_timeout = {int(self.poll_ms)}"))
+                conn.execute(sa.select(lock).where(lock.c.id == 1).with_for_update())
+            except DBAPIError as exc:
+                conn.rollback()
+                conn.close()
+                if "lock timeout" not in str(exc):
+                    log.warning("row lock attempt failed: %s", str(exc).splitlines()[0])
+                    stop.wait(self.poll_ms / 1000)
+                continue
+            conn.execute(sa.text("SET lock_timeout = 0"))
+            xact = conn.execute(sa.text("SELECT CAST(pg_current_xact_id() AS text)")).scalar_one()
+            with self._mutex:
+                self._conn, self._xact, self._lost = conn, str(xact), ""
+            log.info("became master: row lock on %s", lock.name)
+            return True
+        return False
+
+    def keep_alive(self) -> bool:
+        """ActiveMQ's keep-alive UPDATE on the held connection (never committed)."""
+        return self.renew() is Renewal.KEPT
+
+    def renew(self) -> Renewal:
+        """The keep-alive; a lock session that fails it is lost (it may not be ended yet, but
+        it cannot be trusted), as ActiveMQ's ``DefaultDatabaseLocker`` has it."""
+        with self._mutex:
+            conn = self._conn
+            if conn is None:
+                if not self._lost:
+                    self._lost = f"the row lock on {self.schema.lock.name} is not held"
+                return Renewal.LOST
+            try:
+                result = conn.execute(
+                    sa.update(self.schema.lock)
+                    .where(self.schema.lock.c.id == 1)
+                    .values(time=int(time.time() * 1000))
+                )
+            except DBAPIError as exc:
+                self._conn = None
+                self._lost = (
+                    f"the row lock on {self.schema.lock.name} ended with its database "
+                    f"session ({str(exc).splitlines()[0]})"
+                )
+                return Renewal.LOST
+            if result.rowcount != 1:
+                self._conn = None
+                self._lost = f"{self.schema.lock.name} has no row ID=1"
+                return Renewal.LOST
+            return Renewal.KEPT
+
+    @property
+    def lost_reason(self) -> str:
+        with self._mutex:
+            return self._lost
+
+    def is_held(self) -> bool:
+        with self._mutex:
+            return self._conn is not None
+
+    def fence(self, conn: Connection) -> None:
+        """Nobody else can hold the row lock while our lock transaction lives; it may have
+        ended without this process knowing yet (its session was dropped), so ask."""
+        xact = self.fence_session
+        alive = (
+            xact is not None
+            and conn.execute(
+                sa.text(f"SELECT {LOCK_SESSION_ALIVE}"), {"lock_xact": xact}
+            ).scalar_one()
+        )
+        self.check_fence(self.holder if alive else None)
+
+    @property
+    def fence_holder(self) -> str:
+        return self.holder
+
+    @property
+    def fence_session(self) -> str | None:
+        with self._mutex:
+            return self._xact if self._conn is not None else None
+
+    def check_fence(self, found: str | None) -> None:
+        if found != self.holder or not self.is_held():
+            with self._mutex:
+                lost, self._conn = self._conn, None
+                if not self._lost:
+                    self._lost = f"the row lock on {self.schema.lock.name} ended with its session"
+            if lost is not None:
+                log.error("row lock lost: its session ended; this store stopped writing")
+                with contextlib.suppress(Exception):
+                    lost.invalidate()
+                    lost.close()
+            raise LockLostError(
+                f"the row lock on {self.schema.lock.name} was lost (its database session "
+                "ended): this store stopped writing. Restart it to wait as a standby."
+            )
+
+    def release(self) -> None:
+        with self._mutex:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.rollback()
+            finally:
+                conn.close()
