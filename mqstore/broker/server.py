@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.broker.config import BrokerConfig
+from mqstore.broker.dlq_audit import DeadLetterAudit
 from mqstore.broker.durable import DurableSub
 from mqstore.broker.flow import StoreUsage
 from mqstore.broker.frames import encode_frame
@@ -62,8 +63,7 @@ class Broker:
         self._seq = itertools.count(1)
         self._conn_numbers = itertools.count(1)
         self._first_stored: int | None = None  # the lowest message ID this broker stored
-        #: DLQ copies being added, by (DLQ, MSGID_PROD, MSGID_SEQ): ActiveMQ's DLQ audit
-        self._dlq_audit: set[tuple[str, str, int]] = set()
+        self._dlq_audit = DeadLetterAudit()
         #: store IDs whose move to the DLQ (or expiry removal) is in flight: how many moves
         self._moving: dict[int, int] = {}
         self._idle_since: dict[str, float] = {}  # destination -> when first seen idle
@@ -264,9 +264,9 @@ class Broker:
     ) -> asyncio.Future[list[int]]:
         """Atomically consume ``msgs`` from ``dest`` and add copies to the DLQ (persistent only).
 
-        As ActiveMQ's DLQ audit, a copy the DLQ already holds or is about to hold (another
-        subscriber of a topic dead-lettered the same message) is not added twice; the
-        messages are consumed all the same.
+        As ActiveMQ's DLQ audit, a copy the DLQ holds, is about to hold or lately held
+        (another subscriber of a topic dead-lettered the same message) is not added twice;
+        the messages are consumed all the same.
         """
         op, finish = dest.settle_work(msgs, outcome)
         move = _Move(op, finish, asyncio.get_running_loop().create_future(), dest, msgs)
@@ -286,10 +286,9 @@ class Broker:
         """Add ``copy`` to ``move`` unless a copy of it is on its way to the DLQ already."""
         row = copy.new_message()
         key = (row.container, row.msgid_prod, row.msgid_seq)
-        if key in self._dlq_audit:
+        if not self._dlq_audit.claim(key):
             log.info("not adding duplicate %s to %s", copy.ow.jms_message_id, copy.container)
             return
-        self._dlq_audit.add(key)
         move.keys.append(key)
         move.copies.append(copy)
 
@@ -303,7 +302,7 @@ class Broker:
                 self._retries.add(task)
                 task.add_done_callback(self._retries.discard)
                 return
-            self._dlq_audit.difference_update(move.keys)
+            self._dlq_audit.settle(move.keys, added=exc is None and ids is not None)
             self._release(move.ids)
             if exc is not None or ids is None:
                 log.error("moving messages to the DLQ failed: %s", exc)
@@ -326,7 +325,7 @@ class Broker:
         try:
             stored = await asyncio.to_thread(self._stored_copies, move.copies)
         except Exception as exc:
-            self._dlq_audit.difference_update(move.keys)
+            self._dlq_audit.settle(move.keys, added=False)
             self._release(move.ids)
             log.error("moving messages to the DLQ failed: %s", exc)
             move.dest.unsettled(move.msgs)

@@ -70,6 +70,24 @@ def test_subscribers_of_a_topic_nacking_one_message_stay_connected(
         conn.disconnect()
 
 
+def test_a_copy_already_consumed_from_the_dlq_is_not_added_again(broker: BrokerThread) -> None:
+    """ActiveMQ's DLQ audit remembers the copies it added, not only those still stored."""
+    subs = [_subscriber(broker, "/topic/t") for _ in range(2)]
+    _publish(broker, "/topic/t", "bad")
+    first, first_col = subs[0]
+    _nack(first, first_col, "n0")
+    assert first_col.wait(lambda: "n0" in first_col.receipts)
+    assert _dlq_bodies(broker) == ["bad"]  # read, so the DLQ holds nothing now
+    second, second_col = subs[1]
+    _nack(second, second_col, "n1")
+    assert second_col.wait(lambda: "n1" in second_col.receipts)
+    _publish(broker, "/topic/t", "next")  # after the NACK's work, in the broker's order
+    for conn, col in subs:
+        assert col.wait_messages(2)[-1].body == "next"
+        conn.disconnect()
+    assert broker.store.count(DLQ) == 0
+
+
 @pytest.mark.parametrize("restart_between", [False, True])
 def test_durable_subscribers_nacking_one_message_never_get_it_again(
     broker: BrokerThread, restart_between: bool
