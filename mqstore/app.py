@@ -153,6 +153,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         queue_high_water=settings.queue_high_water_mb << 20,
         queue_low_water=settings.queue_high_water_mb << 19,  # producers go on at half
         memory_window_bytes=settings.memory_window_mb << 20,
+        memory_limit=settings.memory_limit_mb << 20,
         metrics_port=settings.metrics_port,
         metrics_host=settings.metrics_host,
         destination_gc_after=settings.destination_gc_s,

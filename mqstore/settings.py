@@ -98,6 +98,12 @@ class Settings(BaseSettings):
         gt=0,
         description="bytes of stored messages a queue or durable subscription keeps in memory",
     )
+    memory_limit_mb: int = Field(
+        default=1024,
+        gt=0,
+        description="bytes of stored messages all queues and durable subscriptions together "
+        "keep in memory",
+    )
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         default="auto", description="broker event loop; auto: uvloop when installed"
     )

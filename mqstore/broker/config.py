@@ -75,7 +75,9 @@ class BrokerConfig:
     Memory window: a queue or durable subscription keeps at most ``memory_window`` stored
     messages, and ``memory_window_bytes`` bytes of them (body + MESSAGE_OVERHEAD each; the
     last one taken may pass it, so a larger message still goes), in memory waiting for
-    dispatch; the rest stays in the store until paged in.
+    dispatch; the rest stays in the store until paged in. All windows together keep at most
+    ``memory_limit`` bytes (ActiveMQ's broker-wide memoryUsage), but for one message each,
+    so every destination still flows.
     """
 
     broker_name: str = "localhost"
@@ -100,6 +102,7 @@ class BrokerConfig:
     producer_block_timeout: float = 30.0
     memory_window: int = 2000
     memory_window_bytes: int = 64 << 20
+    memory_limit: int = 1 << 30
     topic_pending_limit: int = 0
     topic_high_water: int = 8 << 20
     topic_low_water: int = 4 << 20
@@ -121,10 +124,11 @@ class BrokerConfig:
     stop_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.memory_window < 1 or self.memory_window_bytes < 1:
+        if self.memory_window < 1 or self.memory_window_bytes < 1 or self.memory_limit < 1:
             raise ConfigError(
-                f"memory_window ({self.memory_window}) and memory_window_bytes "
-                f"({self.memory_window_bytes}) must be at least 1"
+                f"memory_window ({self.memory_window}), memory_window_bytes "
+                f"({self.memory_window_bytes}) and memory_limit ({self.memory_limit}) must be "
+                "at least 1"
             )
         for kind in ("topic", "queue"):
             low, high = getattr(self, f"{kind}_low_water"), getattr(self, f"{kind}_high_water")

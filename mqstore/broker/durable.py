@@ -59,7 +59,7 @@ class DurableSub:
         self._left = LeftToPage()
         #: The stored messages in ``pending``, counted against the memory window.
         cfg = topic.broker.config
-        self.window = Window(cfg.memory_window, cfg.memory_window_bytes)
+        self.window = Window(cfg.memory_window, cfg.memory_window_bytes, topic.broker.memory)
         self._scheduled = False
         self._session = 0  # pages read for an earlier attach are dropped
 
@@ -88,7 +88,7 @@ class DurableSub:
         consumer.durable = self
         self.pending.clear()
         self.volatile_bytes = 0
-        self.window.bytes = 0
+        self.window.clear()
         self.tracked = set(self.acked_pending)
         self.unacked.clear()
         self.waiting.clear()
@@ -107,7 +107,7 @@ class DurableSub:
             self.consumer = None
             self.pending.clear()
             self.volatile_bytes = 0
-            self.window.bytes = 0
+            self.window.clear()
             self.topic.subscriber_drained()
             self.unacked.clear()
             self.waiting.clear()
@@ -212,7 +212,7 @@ class DurableSub:
                 if row.id in self.tracked or row.id <= self.acked_upto(row.priority):
                     self.cursor = row.cursor
                     continue
-                if self.window.bytes >= self.window.max_bytes:
+                if self.window.over():
                     full = True  # this row and the rest wait in the store for a later page
                     break
                 self.cursor = row.cursor

@@ -51,10 +51,27 @@ def window_cost(msg: BrokerMessage) -> int:
     return msg.size + MESSAGE_OVERHEAD
 
 
+class MemoryBudget:
+    """The bytes every memory window of one broker holds together, against one limit
+    (ActiveMQ's broker-wide memoryUsage): past it, a window that holds anything takes no
+    more; one that holds nothing still takes one message, so every destination flows."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    @property
+    def full(self) -> bool:
+        return self.used >= self.limit
+
+
 class Window:
     """The stored messages a destination holds in memory waiting for dispatch: at most
     ``memory_window`` messages and, but for the last one taken, ``memory_window_bytes``
-    bytes (a message larger than that still goes, alone).
+    bytes (a message larger than that still goes, alone), within the broker's
+    :class:`MemoryBudget` for all windows together.
 
     A page read asks for as many rows as the room left holds at the size the destination's
     messages were lately seen at (the largest seen, halved by each read without one as
@@ -64,11 +81,12 @@ class Window:
     down to half.
     """
 
-    __slots__ = ("bytes", "max_bytes", "max_count", "row_bytes")
+    __slots__ = ("budget", "bytes", "max_bytes", "max_count", "row_bytes")
 
-    def __init__(self, max_count: int, max_bytes: int) -> None:
+    def __init__(self, max_count: int, max_bytes: int, budget: MemoryBudget) -> None:
         self.max_count = max_count
         self.max_bytes = max_bytes
+        self.budget = budget
         self.bytes = 0  #: counted bytes of the stored messages waiting
         self.row_bytes = 0  #: the size estimate for page reads (0: nothing seen yet)
 
@@ -81,18 +99,36 @@ class Window:
         self.row_bytes = max(largest + MESSAGE_OVERHEAD, self.row_bytes // 2)
 
     def add(self, msg: BrokerMessage) -> None:
-        self.bytes += window_cost(msg)
+        cost = window_cost(msg)
+        self.bytes += cost
+        self.budget.used += cost
 
     def remove(self, msg: BrokerMessage) -> None:
-        self.bytes -= window_cost(msg)
+        cost = window_cost(msg)
+        self.bytes -= cost
+        self.budget.used -= cost
+
+    def clear(self) -> None:
+        """Every stored message left the window at once."""
+        self.budget.used -= self.bytes
+        self.bytes = 0
+
+    def over(self) -> bool:
+        """Whether the window takes no further message, whatever its count."""
+        return self.bytes >= self.max_bytes or (self.bytes > 0 and self.budget.full)
 
     def full(self, count: int) -> bool:
         """Whether a window of ``count`` messages (and these bytes) takes no more."""
-        return count >= self.max_count or self.bytes >= self.max_bytes
+        return count >= self.max_count or self.over()
 
     def wants_page(self, count: int) -> bool:
-        """Whether to page in more: the window is down to half, in messages and bytes."""
-        return count <= self.max_count // 2 and self.bytes <= self.max_bytes // 2
+        """Whether to page in more: the window is down to half, in messages and bytes, and
+        the broker's budget has room (or the window holds nothing)."""
+        return (
+            count <= self.max_count // 2
+            and self.bytes <= self.max_bytes // 2
+            and not (self.bytes > 0 and self.budget.full)
+        )
 
     def page_rows(self, count: int) -> int:
         """The row limit of the next page read, for a window of ``count`` messages."""
@@ -100,5 +136,6 @@ class Window:
         if self.row_bytes == 0:
             rows = min(rows, FIRST_PAGE_ROWS)
         else:
-            rows = min(rows, (self.max_bytes - self.bytes) // self.row_bytes)
+            room = min(self.max_bytes - self.bytes, self.budget.limit - self.budget.used)
+            rows = min(rows, room // self.row_bytes)
         return max(rows, 1)

@@ -64,7 +64,9 @@ class Queue:
         self._paging = False
         self._left = LeftToPage()
         #: The stored messages in ``pending``, counted against the memory window.
-        self.window = Window(broker.config.memory_window, broker.config.memory_window_bytes)
+        self.window = Window(
+            broker.config.memory_window, broker.config.memory_window_bytes, broker.memory
+        )
         #: Bytes of the non-persistent messages held (body + MESSAGE_OVERHEAD each): waiting,
         #: in flight, or on their way out; only memory holds them.
         self.volatile_bytes = 0
@@ -239,7 +241,7 @@ class Queue:
                 if row.id in self.tracked or row.id in self.gone:
                     self.cursor = row.cursor
                     continue
-                if self.window.bytes >= self.window.max_bytes:
+                if self.window.over():
                     full = True  # this row and the rest wait in the store for a later page
                     break
                 self.cursor = row.cursor

@@ -27,6 +27,7 @@ from mqstore.broker.flow import StoreUsage
 from mqstore.broker.frames import encode_frame
 from mqstore.broker.messages import BrokerMessage, dead_letter, stomp_name
 from mqstore.broker.metrics import BrokerMetrics
+from mqstore.broker.paging import MemoryBudget
 from mqstore.broker.protocol import Connection, ProtocolError
 from mqstore.broker.queues import Queue
 from mqstore.broker.subscriptions import Consumer, Dispatcher
@@ -54,6 +55,8 @@ class Broker:
         self.port = 0
         self.node = f"{socket.gethostname()}-{os.getpid()}-{int(time.time() * 1000)}"
         self.usage = StoreUsage(self.config.store_usage_limit)
+        #: the bytes all memory windows hold together (queues and durable subscriptions)
+        self.memory = MemoryBudget(self.config.memory_limit)
         self.metrics = BrokerMetrics(self)
         self._writer: StoreWriter | None = None
         self._server: asyncio.Server | None = None
@@ -512,6 +515,7 @@ class Broker:
                 "limit": self.usage.limit,
                 "blocked_producers": self.usage.blocked,
             },
+            "memory": {"used": self.memory.used, "limit": self.memory.limit},
             "store_writer": {
                 "batches": writer.batches if writer else 0,
                 "inline_batches": writer.inline_batches if writer else 0,
