@@ -159,9 +159,16 @@ def broker_config(settings: Settings) -> BrokerConfig:
         destination_gc_after=settings.destination_gc_s,
         max_transaction_bytes=settings.transaction_mb << 20,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
+        producer_block_timeout=_seconds(settings.store_full_wait_ms),
+        memory_block_timeout=_seconds(settings.memory_full_wait_ms),
         cleanup_interval=settings.cleanup_interval_s,
         expiry_batch=settings.expiry_batch,
     )
+
+
+def _seconds(wait_ms: int) -> float | None:
+    """A flow-control wait setting in BrokerConfig's terms (-1 ms: None, no end)."""
+    return None if wait_ms < 0 else wait_ms / 1000
 
 
 def read_users(path: Path) -> dict[str, str]:

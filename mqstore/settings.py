@@ -108,6 +108,16 @@ class Settings(BaseSettings):
         default="auto", description="broker event loop; auto: uvloop when installed"
     )
     store_usage_mb: int = Field(default=0, ge=0, description="persistent producers wait above")
+    store_full_wait_ms: int = Field(
+        default=30_000,
+        description="how long a producer waits at the store usage limit before an ERROR; "
+        "-1: as long as it takes, 0: refused at once",
+    )
+    memory_full_wait_ms: int = Field(
+        default=-1,
+        description="how long a producer waits at a queue's or topic's high-water mark before "
+        "an ERROR; -1: as long as it takes, 0: refused at once",
+    )
 
     journal: bool = True
     journal_dir: Path | None = None
@@ -132,6 +142,16 @@ class Settings(BaseSettings):
         from journal.writer import SyncPolicy
 
         return str(SyncPolicy.parse(value))
+
+    @field_validator("store_full_wait_ms", "memory_full_wait_ms")
+    @classmethod
+    def _check_wait(cls, value: int) -> int:
+        if value < -1:
+            raise ValueError(
+                f"{value} is not a wait: give -1 (producers wait as long as it takes), 0 "
+                "(refuse their SENDs at once) or the milliseconds they may wait"
+            )
+        return value
 
     @model_validator(mode="after")
     def _check_lease(self) -> Settings:

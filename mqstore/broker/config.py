@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from mqstore.broker.flow import check_block_timeout
 from mqstore.broker.frames import Limits
 from mqstore.errors import ConfigError
 
@@ -54,9 +55,14 @@ class BrokerConfig:
     """Everything the STOMP broker can be told; defaults follow ActiveMQ.
 
     ``users`` maps login to passcode (None: no authentication). ``store_usage_limit`` is
-    in bytes of stored message frames (0: no limit); a persistent producer blocked longer
-    than ``producer_block_timeout`` seconds gets an ERROR. ``heartbeat_ms`` is what the
-    server offers (can send, wants to receive).
+    in bytes of stored message frames (0: no limit). ``heartbeat_ms`` is what the server
+    offers (can send, wants to receive).
+
+    How long a producer waits at a reached limit before its SEND (or COMMIT) is refused
+    with an ERROR, nothing of it taken (ActiveMQ's ``sendFailIfNoSpaceAfterTimeout``):
+    ``producer_block_timeout`` seconds at the store usage limit, ``memory_block_timeout``
+    at a queue's or topic's memory limit (below). None: as long as it takes; 0: refused
+    at once (ActiveMQ's ``sendFailIfNoSpace``).
 
     Topic flow control: a producer to a topic waits while a non-durable subscriber of it
     holds more than ``topic_high_water`` bytes (messages waiting for it plus its
@@ -99,7 +105,8 @@ class BrokerConfig:
     #: 0: no limit.
     max_transaction_bytes: int = 64 << 20
     store_usage_limit: int = 0
-    producer_block_timeout: float = 30.0
+    producer_block_timeout: float | None = 30.0
+    memory_block_timeout: float | None = None
     memory_window: int = 2000
     memory_window_bytes: int = 64 << 20
     memory_limit: int = 1 << 30
@@ -124,6 +131,8 @@ class BrokerConfig:
     stop_timeout: float = 10.0
 
     def __post_init__(self) -> None:
+        check_block_timeout("producer_block_timeout", self.producer_block_timeout)
+        check_block_timeout("memory_block_timeout", self.memory_block_timeout)
         if self.memory_window < 1 or self.memory_window_bytes < 1 or self.memory_limit < 1:
             raise ConfigError(
                 f"memory_window ({self.memory_window}), memory_window_bytes "

@@ -7,7 +7,7 @@ import hmac
 import logging
 from typing import TYPE_CHECKING
 
-from mqstore.broker.flow import ProducerGate
+from mqstore.broker.flow import Limited, waited
 from mqstore.broker.frames import Frame, FrameParser, encode_frame
 from mqstore.broker.messages import BrokerMessage, container_of, from_send
 from mqstore.broker.subscriptions import ACK_MODES, MESSAGE_OVERHEAD, Consumer, Delivery
@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two looks, while a producer is held back, at whether its peer went away.
 PEER_POLL_S = 1.0
+
+#: What a refused SEND's ERROR says became of its message.
+NOT_TAKEN = "the message was not taken; send it again later"
 
 
 def _error(message: str) -> Exception:
@@ -147,16 +150,24 @@ class Handlers:
             self.receipt(frame)
             return
         broker = self.broker
-        gate = self.gate_of(msg)
-        if gate is not None and gate.closed and not await self.held_back(gate):
+        cfg = broker.config
+        full = self.limit_of(msg)
+        if (
+            full is not None
+            and full.gate.closed  # the per-SEND cost: the rest only when held back
+            and not await self.pass_limit(full, cfg.memory_block_timeout, f"SEND to {container}")
+        ):
             return  # the connection went away meanwhile: the message was not taken
         if not (msg.persistent and broker.must_store(container)):
             await self.settle_sends()
             broker.route(msg)
             self.receipt(frame)
             return
-        await self.wait_for_store_space()
-        cfg = broker.config
+        usage = broker.usage
+        if usage.gate.closed and not await self.pass_limit(
+            usage, cfg.producer_block_timeout, f"SEND to {container}"
+        ):
+            return
         if (
             self.unsettled >= cfg.max_pipelined_sends
             or self.unsettled_bytes >= cfg.max_pending_bytes
@@ -182,34 +193,39 @@ class Handlers:
 
         broker.writer_submit(Op(adds=[msg.new_message()]), done)
 
-    def gate_of(self, msg: BrokerMessage) -> ProducerGate | None:
+    def limit_of(self, msg: BrokerMessage) -> Limited | None:
         """Where a producer of ``msg`` waits while its destination holds too much: the
-        topic's gate, or the queue's for a non-persistent message (a persistent one waits
-        for the store usage instead)."""
+        topic, or the queue for a non-persistent message (a persistent one waits for the
+        store usage instead)."""
         container = msg.container
         if container.startswith("topic://"):
-            topic = self.broker.topics.get(container)
-            return topic.gate if topic is not None else None
+            return self.broker.topics.get(container)
         if msg.persistent:
             return None
-        queue = self.broker.queues.get(container)
-        return queue.gate if queue is not None else None
+        return self.broker.queues.get(container)
 
-    async def held_back(self, gate: ProducerGate) -> bool:
-        """Producer flow control: wait while ``gate`` is closed (the frame is not acted on,
-        no more frames are read: TCP pushes back). False if the connection closed or its
-        peer went away meanwhile: then the frame is not taken, and gets no receipt."""
-        await gate.wait(self.gone, PEER_POLL_S)
-        return not self.gone()
-
-    async def wait_for_store_space(self) -> None:
-        usage = self.broker.usage
-        if usage.full and not await usage.wait_for_space(self.broker.config.producer_block_timeout):
-            raise _error(
-                f"store usage limit of {usage.limit} bytes reached and producer waited "
-                f"{self.broker.config.producer_block_timeout:g} s; consume messages or raise "
-                "the limit, then send again"
-            )
+    async def pass_limit(
+        self,
+        limited: Limited,
+        timeout: float | None,
+        what: str,
+        outcome: str = NOT_TAKEN,
+        count: int = 1,
+    ) -> bool:
+        """Producer flow control: wait while ``limited`` is full (the frame is not acted on,
+        no more frames are read: TCP pushes back), at most ``timeout`` seconds (None: as long
+        as it takes; 0: not at all). True once there is room. False if the connection closed
+        or its peer went away meanwhile: then the frame is not taken, and gets no receipt.
+        Still full after ``timeout``: the frame (``what``, holding ``count`` messages) is
+        refused with an ERROR saying ``outcome``, after the frames before it are settled."""
+        gate = limited.gate
+        if timeout != 0 and await gate.wait(self.gone, PEER_POLL_S, timeout):
+            return not self.gone()
+        await self.settle_sends()  # the receipts of the frames before it come first
+        if self.gone():
+            return False
+        gate.refused += count
+        raise _error(f"{what} refused {waited(timeout)} ({outcome}): {limited.refusal()}")
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------
     async def on_subscribe(self, frame: Frame) -> None:
@@ -367,15 +383,26 @@ class Handlers:
 
     async def on_commit(self, frame: Frame) -> None:
         tx = self._tx(self._tx_header(frame))
-        gates = {id(g): g for m in tx.sends if (g := self.gate_of(m)) is not None}
-        for gate in gates.values():
-            if gate.closed and not await self.held_back(gate):
-                return  # the connection went away meanwhile: it aborts the transaction
-        del self.txs[tx.tx_id]
         broker = self.broker
+        cfg = broker.config
+        what = f"COMMIT of transaction {tx.tx_id!r}"
+        rolled_back = "it is rolled back: none of its messages was taken; send them again later"
+        limits: dict[int, tuple[Limited, int]] = {}
+        for m in tx.sends:
+            if (limited := self.limit_of(m)) is not None:
+                count = limits.get(id(limited), (limited, 0))[1]
+                limits[id(limited)] = (limited, count + 1)
+        for limited, count in limits.values():
+            if limited.gate.closed and not await self.pass_limit(
+                limited, cfg.memory_block_timeout, what, rolled_back, count
+            ):
+                return  # the connection went away meanwhile: it aborts the transaction
         stored = [m for m in tx.sends if m.persistent and broker.must_store(m.container)]
-        if stored:
-            await self.wait_for_store_space()
+        if stored and broker.usage.gate.closed:
+            timeout = cfg.producer_block_timeout
+            if not await self.pass_limit(broker.usage, timeout, what, rolled_back, len(stored)):
+                return
+        del self.txs[tx.tx_id]  # refused above, the closing connection aborts it
         op = Op(adds=[m.new_message() for m in stored])
         finishes = []
         by_dest: dict[int, tuple[Destination, list[BrokerMessage]]] = {}

@@ -62,9 +62,14 @@ class _BrokerCollector(Collector):
             backlog.add_metric([d["destination"], d["client_id"], d["subscription"]], d["backlog"])
         usage = GaugeMetricFamily("mqstore_store_usage_bytes", "Bytes of stored messages")
         usage.add_metric([], snap["store_usage"].get("used", 0))
+        refused = CounterMetricFamily(
+            "mqstore_store_usage_refused_sends",
+            "SENDs and COMMITs' messages refused with an ERROR at the store usage limit",
+        )
+        refused.add_metric([], snap["store_usage"].get("refused_sends", 0))
         conns = GaugeMetricFamily("mqstore_connections", "Open STOMP connections")
         conns.add_metric([], snap.get("connections", 0))
-        yield from (depth, consumers, enq, deq, backlog, usage, conns)
+        yield from (depth, consumers, enq, deq, backlog, usage, refused, conns)
 
     @staticmethod
     def _topic_flow(snap: dict[str, Any]) -> Iterator[Any]:
@@ -84,12 +89,14 @@ class _BrokerCollector(Collector):
             "Messages dropped for slow subscribers (topic_pending_limit)",
             labels=["destination"],
         )
+        refused = _refused("topic", "at a slow subscriber of the topic")
         for name, st in snap["destinations"].items():
             if "pending_bytes" in st:
                 held.add_metric([name], st["pending_bytes"])
                 blocked.add_metric([name], st["blocked_producers"])
                 dropped.add_metric([name], st["dropped"])
-        yield from (held, blocked, dropped)
+                refused.add_metric([name], st["refused_sends"])
+        yield from (held, blocked, dropped, refused)
 
     @staticmethod
     def _queue_flow(snap: dict[str, Any]) -> Iterator[Any]:
@@ -104,11 +111,22 @@ class _BrokerCollector(Collector):
             "Producers of non-persistent messages waiting for room in the queue",
             labels=["destination"],
         )
+        refused = _refused("queue", "at the queue's high-water mark")
         for name, st in snap["destinations"].items():
             if "non_persistent_bytes" in st:
                 held.add_metric([name], st["non_persistent_bytes"])
                 blocked.add_metric([name], st["blocked_producers"])
-        yield from (held, blocked)
+                refused.add_metric([name], st["refused_sends"])
+        yield from (held, blocked, refused)
+
+
+def _refused(kind: str, where: str) -> CounterMetricFamily:
+    """Messages of SENDs (and COMMITs) refused with an ERROR at a destination's limit."""
+    return CounterMetricFamily(
+        f"mqstore_{kind}_refused_sends",
+        f"Messages refused with an ERROR {where} (memory_block_timeout)",
+        labels=["destination"],
+    )
 
 
 class BrokerMetrics:

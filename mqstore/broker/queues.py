@@ -132,6 +132,16 @@ class Queue:
                     self.container, self.volatile_bytes, high,
                 )  # fmt: skip
 
+    def refusal(self) -> str:
+        """What a producer refused at the gate is told (see :class:`~.flow.Limited`)."""
+        cfg = self.broker.config
+        return (
+            f"{self.container} is full: it holds {self.volatile_bytes} bytes of non-persistent "
+            f"messages; past queue_high_water ({cfg.queue_high_water} bytes, "
+            f"MQSTORE_QUEUE_HIGH_WATER_MB) it takes no more until below {cfg.queue_low_water}: "
+            "consume from it, or raise the limit"
+        )
+
     def _rank(self, msg: BrokerMessage) -> int:
         """Dispatch rank: JMS priority in prioritized mode; plain mode is FIFO, as ActiveMQ."""
         return -msg.priority if self.broker.store.prioritized else 0
@@ -393,4 +403,5 @@ class Queue:
             "in_flight": sum(len(c.in_flight) for c in self.consumers),
             "non_persistent_bytes": self.volatile_bytes,
             "blocked_producers": self.gate.waiting,
+            "refused_sends": self.gate.refused,
         }

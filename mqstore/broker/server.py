@@ -122,6 +122,7 @@ class Broker:
         gates = [t.gate for t in self.topics.values()] + [q.gate for q in self.queues.values()]
         for gate in gates:
             gate.open()  # producers held back by flow control see they are closing
+        self.usage.gate.wake()  # so do those waiting for store space (it stays as full)
         if self._conn_tasks:
             await asyncio.wait(list(self._conn_tasks), timeout=self.config.stop_timeout)
         for task in list(self._conn_tasks):
@@ -514,6 +515,7 @@ class Broker:
                 "used": self.usage.used,
                 "limit": self.usage.limit,
                 "blocked_producers": self.usage.blocked,
+                "refused_sends": self.usage.gate.refused,
             },
             "memory": {"used": self.memory.used, "limit": self.memory.limit},
             "store_writer": {

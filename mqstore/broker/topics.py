@@ -133,6 +133,18 @@ class Topic:
             ):
                 self.gate.open()
 
+    def refusal(self) -> str:
+        """What a producer refused at the gate is told (see :class:`~.flow.Limited`)."""
+        cfg = self.broker.config
+        held = [c.held() for c in self.consumers]
+        held += [s.volatile_bytes for s in self.durables.values()]
+        return (
+            f"{self.container} is full: a subscriber of it holds {max(held, default=0)} bytes "
+            f"not yet sent to it; past topic_high_water ({cfg.topic_high_water} bytes, "
+            f"MQSTORE_TOPIC_HIGH_WATER_MB) the topic takes no more until every one holds less "
+            f"than {cfg.topic_low_water}: let its slow subscribers catch up, or raise the limit"
+        )
+
     def subscriber_drained(self) -> None:
         """A durable subscription sent or dropped what it held: producers may go on."""
         self._maybe_open()
@@ -212,4 +224,5 @@ class Topic:
             "pending_bytes": sum(c.held() for c in self.consumers),
             "dropped": self.dropped,
             "blocked_producers": self.gate.waiting,
+            "refused_sends": self.gate.refused,
         }
