@@ -147,6 +147,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         individual_dlq=settings.individual_dlq,
         limits=Limits(max_frame_size=settings.max_message_bytes + FRAME_HEADROOM),
         heartbeat_ms=(settings.heartbeat_ms, settings.heartbeat_ms),
+        max_connections=settings.max_connections,
         topic_high_water=settings.topic_high_water_mb << 20,
         topic_low_water=settings.topic_high_water_mb << 19,  # producers go on at half
         topic_pending_limit=settings.topic_pending_limit,
@@ -207,6 +208,7 @@ def serve(settings: Settings, host: str, port: int) -> None:
     A database that does not answer for a while deposes nobody.
     """
     config = broker_config(settings)  # bad settings fail before the database starts
+    raise_file_limit(config.max_connections)
     with open_database(settings) as database:
         if database.embedded is not None:
             from mqstore import migrate
@@ -245,6 +247,36 @@ def serve(settings: Settings, host: str, port: int) -> None:
                     else "; restart it to wait as a standby"
                 )
             )
+
+
+#: Descriptors a broker needs besides its client connections: the database pool, the
+#: journal's segments, the metrics listener, the embedded server's locks, logs.
+FILE_HEADROOM = 256
+
+
+def raise_file_limit(max_connections: int) -> None:
+    """Raise this process's soft limit on open files (often 1024) towards the hard one, so
+    that ``max_connections`` clients fit; warn when even the hard limit is too low."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if max_connections == 0 else max_connections + FILE_HEADROOM
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, wanted, exc)
+    needed = max_connections + FILE_HEADROOM
+    if max_connections and soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            "the open-file limit (%d) is below max_connections (%d) + %d: past about %d "
+            "connections accepting fails; raise it (ulimit -n, LimitNOFILE=) or lower "
+            "MQSTORE_MAX_CONNECTIONS",
+            soft, max_connections, FILE_HEADROOM, max(0, soft - FILE_HEADROOM),
+        )  # fmt: skip
 
 
 def _postgres_of(store: Store) -> PostgresStore:

@@ -82,6 +82,9 @@ class Settings(BaseSettings):
         default=False, description="a DLQ per destination (ActiveMQ.DLQ.Queue.NAME)"
     )
     heartbeat_ms: int = Field(default=10_000, ge=0, description="STOMP heart-beat offered")
+    max_connections: int = Field(
+        default=1000, ge=0, description="client connections served at once; 0: no limit"
+    )
     topic_high_water_mb: int = Field(
         default=8, gt=0, description="a topic's producers wait while a subscriber holds more"
     )

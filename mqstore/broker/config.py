@@ -127,11 +127,18 @@ class BrokerConfig:
     expiry_batch: int = 1000
     cleanup_interval: float = 30.0
     metrics_port: int | None = None
+    #: Open client connections the broker serves at once (ActiveMQ's maximumConnections);
+    #: one more gets an ERROR frame and is closed. 0: no limit.
+    max_connections: int = 1000
     metrics_host: str = "127.0.0.1"
     stop_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         check_block_timeout("producer_block_timeout", self.producer_block_timeout)
+        if self.max_connections < 0:
+            raise ConfigError(
+                f"max_connections ({self.max_connections}) must be 0 (no limit) or more"
+            )
         check_block_timeout("memory_block_timeout", self.memory_block_timeout)
         if self.memory_window < 1 or self.memory_window_bytes < 1 or self.memory_limit < 1:
             raise ConfigError(

@@ -69,7 +69,11 @@ class _BrokerCollector(Collector):
         refused.add_metric([], snap["store_usage"].get("refused_sends", 0))
         conns = GaugeMetricFamily("mqstore_connections", "Open STOMP connections")
         conns.add_metric([], snap.get("connections", 0))
-        yield from (depth, consumers, enq, deq, backlog, usage, refused, conns)
+        turned_away = CounterMetricFamily(
+            "mqstore_refused_connections", "Connections refused past max_connections"
+        )
+        turned_away.add_metric([], snap.get("refused_connections", 0))
+        yield from (depth, consumers, enq, deq, backlog, usage, refused, conns, turned_away)
 
     @staticmethod
     def _topic_flow(snap: dict[str, Any]) -> Iterator[Any]:

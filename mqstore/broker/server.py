@@ -51,6 +51,7 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.connections: set[Connection] = set()
+        self.refused_connections = 0  # turned away past max_connections
         self.client_ids: dict[str, Connection] = {}
         self.port = 0
         self.node = f"{socket.gethostname()}-{os.getpid()}-{int(time.time() * 1000)}"
@@ -135,6 +136,10 @@ class Broker:
         log.info("STOMP broker stopped")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        limit = self.config.max_connections
+        if limit and len(self.connections) >= limit:
+            await self._refuse(reader, writer, limit)
+            return
         conn = Connection(self, reader, writer, next(self._conn_numbers))
         self.connections.add(conn)
         task = asyncio.current_task()
@@ -147,6 +152,33 @@ class Broker:
         finally:
             self.connections.discard(conn)
             self._conn_tasks.discard(task)
+
+    async def _refuse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int
+    ) -> None:
+        """One connection more than ``max_connections``: its CONNECT frame is answered with
+        an ERROR frame (a client closed before it sent one may never see it), then closed."""
+        self.refused_connections += 1
+        message = (
+            f"the broker serves at most {limit} connections (max_connections, "
+            "MQSTORE_MAX_CONNECTIONS) and all are in use: try again later"
+        )
+        if self.refused_connections == 1 or self.refused_connections % 1000 == 0:
+            peer = writer.get_extra_info("peername")
+            count = self.refused_connections
+            log.warning(
+                "refused a connection from %s: %s (%d refused so far)", peer, message, count
+            )
+        headers = [("message", message), ("content-type", "text/plain")]
+        try:
+            async with asyncio.timeout(5):
+                await reader.readuntil(b"\0")  # the CONNECT frame (or whatever comes first)
+                writer.write(encode_frame("ERROR", headers, message.encode()))
+                await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
 
     async def _every(self, seconds: float, job: Any) -> None:
         """Run ``job`` every ``seconds``. While it keeps failing with the same kind of mqstore
@@ -509,6 +541,7 @@ class Broker:
             "broker": self.config.broker_name,
             "port": self.port,
             "connections": len(self.connections),
+            "refused_connections": self.refused_connections,
             "destinations": dests,
             "durable_subscriptions": durables,
             "store_usage": {
