@@ -89,8 +89,10 @@ __all__ = [
 # The store layer, imported on first use so the log layer stays free of mqstore.
 _STORE_NAMES = (
     "JournalBehindDatabaseError",
+    "JournalDatabaseMismatchError",
     "JournalIdLostError",
     "JournalMasterSlaveError",
+    "JournalUnusableError",
     "JournaledStore",
 )
 __all__ += list(_STORE_NAMES)

@@ -24,6 +24,7 @@ from journal.admission import Admission, Claims, Key
 from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
 from journal.format import Position
 from journal.merge import DatabaseView
+from journal.opening import open_store_journal
 from journal.reads import MergedReads
 from journal.records import (
     AckSubscription,
@@ -38,11 +39,12 @@ from journal.records import (
 from journal.state import PendingState, encode_target
 from journal.support import (
     JournalBehindDatabaseError,
+    JournalDatabaseMismatchError,
     JournalIdLostError,
     JournalMasterSlaveError,
+    JournalUnusableError,
     WouldBlock,
     WriterGate,
-    read_journal_id,
 )
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
 from mqstore.errors import (
@@ -68,8 +70,10 @@ from mqstore.store.validation import check_container, check_messages, check_topi
 
 __all__ = [
     "JournalBehindDatabaseError",
+    "JournalDatabaseMismatchError",
     "JournalIdLostError",
     "JournalMasterSlaveError",
+    "JournalUnusableError",
     "JournaledStore",
 ]
 
@@ -170,12 +174,11 @@ class JournaledStore(MergedReads):
         if not self.pg.started:
             self.pg.start()
         try:
-            self._journal = Journal.open(
-                self.journal_dir, segment_size=self.segment_size, sync_policy=self.sync_policy
-            )
-            journal = self._journal
-            self.journal_id = read_journal_id(
-                self.journal_dir, holds_records=journal.position > journal.start_position
+            self._journal, self.journal_id = open_store_journal(
+                self.journal_dir,
+                self.pg,
+                segment_size=self.segment_size,
+                sync_policy=self.sync_policy,
             )
             self._replay()
         except BaseException:

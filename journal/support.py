@@ -26,6 +26,14 @@ class JournalIdLostError(StoreError):
     """The journal holds records but its ``journal-id`` file is gone."""
 
 
+class JournalDatabaseMismatchError(ConfigError):
+    """The journal directory belongs to another database or table prefix."""
+
+
+class JournalUnusableError(StoreError):
+    """The journal directory cannot be opened (damaged, locked, unreadable, newer format)."""
+
+
 class WouldBlock(Exception):  # noqa: N818 - a signal, not an error
     """A write asked not to wait (``wait=False``) would have had to; nothing was written."""
 

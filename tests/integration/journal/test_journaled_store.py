@@ -14,7 +14,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from journal import JournalCorruptError
-from journal.store import JournalBehindDatabaseError, JournaledStore, JournalMasterSlaveError
+from journal.store import (
+    JournalBehindDatabaseError,
+    JournaledStore,
+    JournalMasterSlaveError,
+    JournalUnusableError,
+)
 from mqstore.errors import ConfigError
 from mqstore.store import PostgresStore
 from tests.conftest import count_rows
@@ -196,9 +201,10 @@ def test_mid_log_corruption_stops_start_up(
     data = bytearray(segment.read_bytes())
     data[len(data) // 2] ^= 0x40
     segment.write_bytes(bytes(data))
-    with pytest.raises(JournalCorruptError, match="repair") as info:
+    with pytest.raises(JournalUnusableError, match="repair") as info:
         make_journaled(directory)
     assert segment.name in str(info.value) and "offset" in str(info.value)
+    assert isinstance(info.value.__cause__, JournalCorruptError)
 
 
 def test_producers_block_at_the_pending_limit_until_a_checkpoint(

@@ -1,0 +1,89 @@
+"""``mqstore serve`` on a journal directory that is not its own: it exits with one line
+saying what to do, and writes nothing of the journal into the wrong database."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from mqstore.db import create_engine
+from tests.broker.harness import connect, drain
+from tests.conftest import Databases, count_rows
+from tests.interop.conftest import MqstoreServer
+
+QUEUE = "/queue/journal.dir"
+
+
+@pytest.fixture
+def other_dsn(databases: Databases) -> str:
+    return databases.dsn_for(databases.create(template=databases.migrated_template()))
+
+
+def _send(port: int, count: int) -> None:
+    conn, client = connect(port)
+    for i in range(count):
+        conn.send(QUEUE, f"m{i}", headers={"persistent": "true"}, receipt=f"r{i}")
+        assert client.wait(lambda r=f"r{i}": r in client.receipts, 10)
+    conn.disconnect()
+
+
+def _refused(server: MqstoreServer) -> str:
+    """Start ``server``, expecting it to exit; its output."""
+    server.start(wait=False)
+    assert server.process is not None
+    try:
+        code = server.process.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        raise AssertionError(f"serve did not refuse:\n{server.log_text()}") from None
+    assert code == 2, server.log_text()
+    text = server.log_text()
+    assert "Traceback" not in text, text
+    return text
+
+
+def _rows(dsn: str) -> int:
+    engine: Engine = create_engine(dsn)
+    try:
+        return count_rows(engine, "activemq_msgs")
+    finally:
+        engine.dispose()
+
+
+def test_serve_refuses_a_journal_of_another_database(
+    dsn: str, other_dsn: str, tmp_path: Path
+) -> None:
+    env = {"MQSTORE_CHECKPOINT_INTERVAL_MS": "600000"}  # keep the messages in the journal
+    server = MqstoreServer(dsn, tmp_path / "data", name="a", journal=True, lock="none")
+    server.env.update(env)
+    server.start()
+    _send(server.port, 5)
+    server.kill()
+    other = MqstoreServer(other_dsn, tmp_path / "data", name="b", journal=True, lock="none")
+    other.env.update(env)
+    assert "belongs to database" in _refused(other)
+    assert _rows(other_dsn) == 0
+    server = MqstoreServer(dsn, tmp_path / "data", name="a", journal=True, lock="none").start()
+    try:
+        assert sorted(drain(server.port, QUEUE)) == [f"m{i}" for i in range(5)]
+    finally:
+        server.stop()
+
+
+def test_a_second_serve_on_a_journal_in_use_exits_with_one_line(
+    dsn: str, other_dsn: str, tmp_path: Path
+) -> None:
+    server = MqstoreServer(dsn, tmp_path / "data", name="a", journal=True, lock="none").start()
+    try:
+        for n, target in enumerate((dsn, other_dsn)):
+            second = MqstoreServer(target, tmp_path / "data", name="b", journal=True, lock="none")
+            second.base = tmp_path / f"second-{n}"  # its own log; the journal is the first's
+            second.base.mkdir()
+            text = _refused(second)
+            assert "is locked by another process" in text and "stop it first" in text
+        _send(server.port, 1)  # the first goes on
+    finally:
+        server.stop()

@@ -1,0 +1,89 @@
+"""What an operator may do to a journal directory: point it at another database, lock it,
+leave a segment it cannot use. The journal refuses with one clear error and writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from journal import JournalLockedError
+from journal.store import JournalDatabaseMismatchError, JournaledStore, JournalUnusableError
+from mqstore import migrate
+from mqstore.db import create_engine
+from mqstore.errors import MqstoreError
+from mqstore.store import PostgresStore
+from tests.conftest import Databases, count_rows
+from tests.integration.conftest import msg
+from tests.integration.journal.conftest import JournaledFactory
+
+Q = "queue://orders"
+
+
+def _start(engine: Engine, directory: Path, prefix: str = "") -> JournaledStore:
+    pg = PostgresStore(engine, prefix=prefix, cleanup_interval_s=0)
+    store = JournaledStore(pg, directory, checkpoint_interval_ms=3_600_000, shared_lock=False)
+    store.start()
+    return store
+
+
+@pytest.fixture
+def other_engine(databases: Databases) -> Iterator[Engine]:
+    name = databases.create(template=databases.migrated_template())
+    eng = create_engine(databases.dsn_for(name))
+    yield eng
+    eng.dispose()
+
+
+def test_a_journal_is_not_replayed_into_another_database(
+    make_journaled: JournaledFactory, engine: Engine, other_engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    store.add([msg(Q, i) for i in range(3)])
+    store.stop(checkpoint=False)  # a crash: the messages are only in the journal
+    with pytest.raises(JournalDatabaseMismatchError, match="belongs to database") as info:
+        _start(other_engine, directory)
+    assert str(directory / "database.json") in str(info.value)
+    assert count_rows(other_engine, "activemq_msgs") == 0
+    store = make_journaled(directory)  # its own database replays it
+    assert [m.msgid_seq for m in store.page(Q, None, 10)] == [0, 1, 2]
+
+
+def test_a_journal_is_not_replayed_under_another_table_prefix(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    migrate.upgrade(engine, "other_")
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    store.add([msg(Q, 1)])
+    store.stop(checkpoint=False)
+    with pytest.raises(JournalDatabaseMismatchError, match="'other_'"):
+        _start(engine, directory, prefix="other_")
+    assert count_rows(engine, "other_activemq_msgs") == 0
+
+
+def test_a_moved_database_is_accepted_once_the_operator_deletes_the_binding(
+    make_journaled: JournaledFactory, other_engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    make_journaled(directory).stop()
+    with pytest.raises(JournalDatabaseMismatchError):
+        _start(other_engine, directory)
+    (directory / "database.json").unlink()
+    store = _start(other_engine, directory)
+    store.add([msg(Q, 1)])
+    store.stop()
+    assert count_rows(other_engine, "activemq_msgs") == 1
+
+
+def test_a_locked_journal_is_refused_with_a_store_error(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    make_journaled(tmp_path / "j")
+    with pytest.raises(JournalUnusableError, match="locked by another process") as info:
+        _start(engine, tmp_path / "j")
+    assert isinstance(info.value, MqstoreError)
+    assert isinstance(info.value.__cause__, JournalLockedError)
