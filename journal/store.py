@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from journal.admission import Admission, Claims, Key
 from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
+from journal.errors import JournalError
 from journal.format import Position
 from journal.merge import DatabaseView
 from journal.opening import open_store_journal
@@ -143,7 +144,7 @@ class JournaledStore(MergedReads):
             ("added", "removed", "acked", "written", "elided", "checkpoints", "replayed"), 0.0
         )
         self._ckpt_ms: list[float] = []
-        self._last_position = Position(0, 0)
+        self._last_position = self._applied_end = Position(0, 0)
         self.db = DatabaseView(pg)
         self._admission = Admission(self.db, self._lock, lambda: self._state)
         self._applying: deque[_Applying] = deque()  # written, in log order, not yet applied
@@ -222,6 +223,7 @@ class JournaledStore(MergedReads):
         if last is not None and not self._state.empty:
             log.info("journal %s replayed up to %s", self.journal_dir, last)
         self.pg.advance_sequence(max(top, self._state.max_id))
+        self._applied_end = end
 
     def stop(self, *, checkpoint: bool = True) -> None:
         """Final checkpoint, close the journal, stop the database store. Idempotent.
@@ -334,8 +336,7 @@ class JournaledStore(MergedReads):
             with self._gate.exclusive():
                 if self._state.empty:
                     return None
-                # Never store a position ahead of the durable log (``batch``/``never``).
-                position = self.journal.sync()
+                position = self._window_end()
                 window = self._state.copy()
                 with self._lock:
                     self._state.in_flight = window.adds
@@ -358,9 +359,21 @@ class JournaledStore(MergedReads):
                     self._state = rebuilt
                     self._space.notify_all()
                 self._last_position = position
-        if self._journal is not None:
+        if self._journal is not None and not self._journal.failed:
             self._journal.release(position, self.archive_dir)
         return result
+
+    def _window_end(self) -> Position:
+        """The position a checkpoint of the window stores: the end of the durable log (never
+        ahead of it, whatever the sync policy), or, once the log failed, the end of the last
+        record applied: what was acknowledged then may live on only in the window."""
+        try:
+            return self.journal.sync()
+        except JournalError:
+            if not self.journal.failed:
+                raise
+            log.warning("the journal failed: checkpointing its window up to %s", self._applied_end)
+            return self._applied_end
 
     def _checkpoint_locked(self) -> CheckpointResult | None:
         """Checkpoint with writers held off throughout (XA work and cleanup need that)."""
@@ -368,9 +381,7 @@ class JournaledStore(MergedReads):
             self._resync_window(read_position(self.pg, self.journal_id))
         if self._state.empty:
             return None
-        # The stored position must never be ahead of the durable log: with a ``batch`` or
-        # ``never`` sync policy, written records may not be on disk yet.
-        position = self.journal.sync()
+        position = self._window_end()
         try:
             return self._checkpoint_state(position)
         except BaseException:
@@ -451,8 +462,9 @@ class JournaledStore(MergedReads):
         (acknowledged too, since the log is durable up to its own).
         """
         entry = _Applying(ops)
-        self.journal.append(ops, on_written=lambda: self._applying.append(entry))
+        end = self.journal.append(ops, on_written=lambda: self._applying.append(entry))
         with self._lock:
+            self._applied_end = max(self._applied_end, end)
             while entry.removed is None:
                 head = self._applying.popleft()
                 now = int(time.time() * 1000)

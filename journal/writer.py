@@ -370,10 +370,14 @@ class Journal:
         self._syncing = True
         target, fd = self._written, self._fd
         error: OSError | None = None
+        what = "fsync failed"
         if not hold_lock:
             self._lock.release()
         try:
             os.fdatasync(fd)
+            if os.fstat(fd).st_nlink == 0:  # synced into a file no restart can find
+                what = "its active segment was deleted while in use (the directory removed?)"
+                error = OSError(errno.ENOENT, os.strerror(errno.ENOENT))
         except OSError as exc:
             error = exc
         finally:
@@ -382,7 +386,7 @@ class Journal:
             self._syncing = False
         if error is not None:
             self._fail_locked(error)
-            raise JournalError(f"journal {self.directory}: fsync failed: {error}") from error
+            raise JournalError(f"journal {self.directory}: {what}: {error}") from error
         self._fsyncs += 1
         self._durable = max(self._durable, target)
         self._cond.notify_all()
@@ -499,6 +503,11 @@ class Journal:
             with self._lock:
                 os.close(self._fd)
             self._dir_lock.release()
+
+    @property
+    def failed(self) -> bool:
+        """Whether a write, sync or rotation failed: no later call can use the log."""
+        return self._failure is not None
 
     @property
     def closed(self) -> bool:

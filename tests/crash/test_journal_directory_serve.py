@@ -3,6 +3,7 @@ saying what to do, and writes nothing of the journal into the wrong database."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -87,3 +88,37 @@ def test_a_second_serve_on_a_journal_in_use_exits_with_one_line(
         _send(server.port, 1)  # the first goes on
     finally:
         server.stop()
+
+
+def test_receipted_messages_survive_the_journal_directory_being_deleted(
+    dsn: str, tmp_path: Path
+) -> None:
+    base = tmp_path / "data"
+    server = MqstoreServer(dsn, base, name="a", journal=True, lock="none")
+    server.env.update(
+        {"MQSTORE_CHECKPOINT_INTERVAL_MS": "600000", "MQSTORE_JOURNAL_SEGMENT_MB": "1"}
+    )
+    server.start()
+    receipted: list[str] = []
+    try:
+        conn, client = connect(server.port)
+        for i in range(400):  # 1 MiB segments: the journal rotates within these
+            if i == 5:  # five only in the journal, then it is gone
+                shutil.rmtree(base / "journal")
+            body = f"m{i}-" + "x" * 10_000
+            conn.send(QUEUE, body, headers={"persistent": "true"}, receipt=f"r{i}")
+            assert client.wait(lambda r=f"r{i}": r in client.receipts or client.errors, 10)
+            if client.errors:
+                break
+            receipted.append(body)
+        assert len(receipted) >= 5
+        assert client.errors, "the broker went on acknowledging into a deleted journal"
+    finally:
+        server.stop()
+    assert server.process is not None and server.process.returncode == 0, server.log_text()
+    server = MqstoreServer(dsn, base, name="a", journal=True, lock="none").start()
+    try:
+        delivered = drain(server.port, QUEUE)
+    finally:
+        server.stop()
+    assert delivered == receipted

@@ -3,13 +3,14 @@ leave a segment it cannot use. The journal refuses with one clear error and writ
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import Engine
 
-from journal import JournalLockedError
+from journal import JournalError, JournalLockedError
 from journal.store import JournalDatabaseMismatchError, JournaledStore, JournalUnusableError
 from mqstore import migrate
 from mqstore.db import create_engine
@@ -87,3 +88,24 @@ def test_a_locked_journal_is_refused_with_a_store_error(
         _start(engine, tmp_path / "j")
     assert isinstance(info.value, MqstoreError)
     assert isinstance(info.value.__cause__, JournalLockedError)
+
+
+def test_writes_acknowledged_before_the_directory_was_deleted_are_kept(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    store = make_journaled(directory, segment_size=4096)  # rotates every 3 messages
+    acked = []
+    for i in range(2):
+        store.add([msg(Q, i, body=bytes(1000))])
+        acked.append(i)
+    shutil.rmtree(directory)
+    with pytest.raises(JournalError, match="deleted while in use"):
+        for i in range(2, 20):
+            store.add([msg(Q, i, body=bytes(1000))])
+            acked.append(i)
+    with pytest.raises(JournalError):
+        store.add([msg(Q, 99)])
+    store.stop()  # the final checkpoint writes what only the window still holds
+    store = make_journaled(directory)
+    assert [m.msgid_seq for m in store.page(Q, None, 100)] == acked == [0, 1]
