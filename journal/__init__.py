@@ -27,7 +27,7 @@ from journal.errors import (
     JournalRecordTooLargeError,
 )
 from journal.format import MAX_PAYLOAD, RECORD_BATCH, RECORD_CHECKPOINT, Position
-from journal.maintenance import InspectReport, Problem, RepairPlan, SegmentInfo, inspect, repair
+from journal.maintenance import InspectReport, Problem, SegmentInfo, inspect
 from journal.reader import RecoveryReport, read_records
 from journal.records import (
     AckSubscription,
@@ -45,6 +45,7 @@ from journal.records import (
     decode_batch,
     encode_batch,
 )
+from journal.repair import RepairAction, RepairPlan, repair
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal, JournalStats, SyncPolicy
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "PurgeDestination",
     "RecoveryReport",
     "RemoveMessages",
+    "RepairAction",
     "RepairPlan",
     "SegmentInfo",
     "SyncPolicy",

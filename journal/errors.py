@@ -26,7 +26,7 @@ class JournalCorruptError(JournalError):
     """A record or segment that cannot be a torn tail is damaged.
 
     The journal refuses to open: acknowledged writes may be behind the damage, so
-    silently dropping them is not allowed. ``repair`` truncates at the damage.
+    silently dropping them is not allowed. ``repair`` cuts the damage out.
     """
 
     def __init__(self, segment: Path | str, offset: int, reason: str) -> None:
@@ -38,7 +38,8 @@ class JournalCorruptError(JournalError):
             f"journal segment {self.segment} is corrupt at offset {offset}: {reason}. "
             f"The journal refuses to start. See what would be lost with "
             f"`mqstore journal repair --dry-run {directory}`, then, after reading it, run "
-            f"`mqstore journal repair {directory}` to truncate the journal at the damage."
+            f"`mqstore journal repair {directory}` to cut the damage out (the records after "
+            f"it are kept where they can be read)."
         )
 
     def __reduce__(self) -> tuple[type[JournalCorruptError], tuple[Path, int, str]]:

@@ -9,8 +9,10 @@ Segment file ``NNNNNNNNNNNNNNNN.wal`` (16-digit zero-padded segment number)::
 
 All integers are little endian. Record types: ``RECORD_BATCH`` (1), a batch of operations
 encoded by :func:`journal.records.encode_batch`; ``RECORD_CHECKPOINT`` (2), the same encoding
-holding exactly one :class:`~journal.records.CheckpointMark`. Type 0 is never written, so
-zero-filled space is recognisable.
+holding exactly one :class:`~journal.records.CheckpointMark`; ``RECORD_PADDING`` (3), bytes
+that hold nothing (only ``mqstore journal repair`` writes them, over damaged bytes, so the
+records after the damage keep their positions). Type 0 is never written, so zero-filled
+space is recognisable.
 
 A record's payload may not exceed ``MAX_PAYLOAD`` (512 MiB). A record larger than the
 segment size gets a segment of its own, which is then bigger than the nominal size.
@@ -35,11 +37,13 @@ __all__ = [
     "MAX_PAYLOAD",
     "RECORD_BATCH",
     "RECORD_CHECKPOINT",
+    "RECORD_PADDING",
     "Position",
     "UnsupportedFormatError",
     "decode_header",
     "encode_frame",
     "encode_header",
+    "encode_padding",
     "frame_ops",
     "record_type_for",
     "segment_file_name",
@@ -49,7 +53,8 @@ MAGIC = b"MQSJRNL\x00"
 FORMAT_VERSION = 1
 RECORD_BATCH = 1
 RECORD_CHECKPOINT = 2
-RECORD_TYPES = frozenset({RECORD_BATCH, RECORD_CHECKPOINT})
+RECORD_PADDING = 3
+RECORD_TYPES = frozenset({RECORD_BATCH, RECORD_CHECKPOINT, RECORD_PADDING})
 MAX_PAYLOAD = 512 * 1024 * 1024
 
 _HEADER_BODY = struct.Struct("<8sHHQ")
@@ -128,6 +133,13 @@ def encode_frame(record_type: int, payload: bytes) -> bytes:
     """Frame ``payload`` as one record (length, type, payload, CRC32C)."""
     head = FRAME_HEAD.pack(len(payload), record_type)
     return b"".join((head, payload, FRAME_CRC.pack(crc32c(payload, crc32c(head)))))
+
+
+def encode_padding(size: int) -> bytes:
+    """A padding record of exactly ``size`` bytes (at least ``FRAME_OVERHEAD``)."""
+    if size < FRAME_OVERHEAD:
+        raise ValueError(f"a padding record needs at least {FRAME_OVERHEAD} bytes, not {size}")
+    return encode_frame(RECORD_PADDING, bytes(size - FRAME_OVERHEAD))
 
 
 def frame_crc(head: bytes | memoryview, payload: bytes | memoryview) -> int:

@@ -1,4 +1,4 @@
-"""Offline tools: ``inspect`` (read-only) and ``repair`` (truncate at the first damage)."""
+"""Offline inspection of a journal directory (read-only), and helpers ``repair`` shares."""
 
 from __future__ import annotations
 
@@ -14,17 +14,26 @@ from journal.format import (
     FRAME_CRC,
     FRAME_HEAD,
     FRAME_OVERHEAD,
-    HEADER_SIZE,
+    RECORD_BATCH,
     RECORD_CHECKPOINT,
+    RECORD_PADDING,
     Position,
     frame_crc,
     segment_file_name,
 )
 from journal.reader import Damage, Frame, FrameWalker, SegmentScan, scan_log
 from journal.records import CheckpointMark, decode_batch, flatten, op_name
-from journal.segments import DirectoryLock, fsync_directory
 
-__all__ = ["InspectReport", "Problem", "RepairPlan", "SegmentInfo", "inspect", "repair"]
+__all__ = [
+    "InspectReport",
+    "Problem",
+    "SegmentInfo",
+    "count_frames",
+    "inspect",
+    "jsonable",
+    "problem_of",
+    "resync",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +61,21 @@ class Problem:
     reason: str
 
 
-def _jsonable(value: Any) -> Any:
+_TYPE_BYTE = re.compile(rb"[\x01\x02\x03]")
+_RECORD_NAMES = {RECORD_BATCH: "batch", RECORD_CHECKPOINT: "checkpoint", RECORD_PADDING: "padding"}
+
+
+def jsonable(value: Any) -> Any:
     if isinstance(value, Position):
         return str(value)
     if isinstance(value, Path):
         return str(value)
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
+        return {f.name: jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value
 
 
@@ -82,47 +95,10 @@ class InspectReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (positions as ``SEGMENT:OFFSET`` text)."""
-        return dict(_jsonable(self))
+        return dict(jsonable(self))
 
 
-@dataclass(slots=True)
-class RepairPlan:
-    """What ``repair`` would cut (or cut, when ``applied``) and what is lost with it."""
-
-    directory: Path
-    problem: Problem | None = None
-    truncate_file: str | None = None
-    truncate_offset: int | None = None
-    remove_files: list[str] = field(default_factory=list)
-    lost_bytes: int = 0
-    lost_records: int = 0
-    lost_ops_by_type: dict[str, int] = field(default_factory=dict)
-    applied: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form."""
-        return dict(_jsonable(self))
-
-    def describe(self) -> str:
-        """Human-readable summary for the command line."""
-        if self.problem is None:
-            return f"journal {self.directory} is intact; nothing to repair"
-        p = self.problem
-        verb = "truncated" if self.applied else "would truncate"
-        lines = [f"{p.kind} in {p.file} at offset {p.offset}: {p.reason}"]
-        if self.truncate_file is not None:
-            lines.append(f"{verb} {self.truncate_file} at offset {self.truncate_offset}")
-        for name in self.remove_files:
-            lines.append(f"{'removed' if self.applied else 'would remove'} {name}")
-        types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
-        lines.append(
-            f"lost: {self.lost_bytes} bytes, {self.lost_records} parseable records after the "
-            f"damage" + (f" ({types})" if types else "")
-        )
-        return "\n".join(lines)
-
-
-def _problem(damage: Damage) -> Problem:
+def problem_of(damage: Damage) -> Problem:
     kind = "torn-tail" if damage.torn else "corrupt"
     return Problem(
         kind, damage.segment, damage.path.name, damage.offset, damage.bytes_after, damage.reason
@@ -148,7 +124,9 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
     undecodable: list[Problem] = []
 
     def on_frame(number: int, frame: Frame) -> None:
-        by_record["checkpoint" if frame.record_type == RECORD_CHECKPOINT else "batch"] += 1
+        by_record[_RECORD_NAMES[frame.record_type]] += 1
+        if frame.record_type == RECORD_PADDING:
+            return
         try:
             ops = decode_batch(frame.payload)
         except JournalDecodeError as exc:
@@ -171,16 +149,13 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
     report.ops_by_type = dict(by_op)
     report.end = scan.end
     if scan.damage is not None:
-        report.problem = _problem(scan.damage)
+        report.problem = problem_of(scan.damage)
     elif undecodable:
         report.problem = undecodable[0]
     return report
 
 
-_TYPE_BYTE = re.compile(rb"[\x01\x02]")
-
-
-def _resync(view: memoryview, start: int) -> int | None:
+def resync(view: memoryview, start: int) -> int | None:
     """Offset of the first valid frame at or after ``start`` (for counting what is lost)."""
     data = bytes(view)
     for match in _TYPE_BYTE.finditer(data, start + FRAME_HEAD.size - 1):
@@ -196,13 +171,15 @@ def _resync(view: memoryview, start: int) -> int | None:
     return None
 
 
-def _count_frames(view: memoryview, start: int, counts: Counter[str]) -> int:
+def count_frames(view: memoryview, start: int, counts: Counter[str]) -> int:
     """Count (by op type) the valid frames from ``start``, resyncing past damage."""
     records = 0
     pos: int | None = start
     while pos is not None and pos < len(view):
         walker = FrameWalker(view, pos)
         for frame in walker:
+            if frame.record_type == RECORD_PADDING:
+                continue
             records += 1
             try:
                 for op in flatten(decode_batch(frame.payload)):
@@ -211,75 +188,5 @@ def _count_frames(view: memoryview, start: int, counts: Counter[str]) -> int:
                 counts["undecodable"] += 1
         if walker.problem is None:
             break
-        pos = _resync(view, walker.problem[0] + 1)
+        pos = resync(view, walker.problem[0] + 1)
     return records
-
-
-def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> RepairPlan:
-    """Find the first damage and cut the journal there (unless ``dry_run``).
-
-    The plan names the segment and offset of the cut, the later segments removed, and how
-    many records (by op type) that can still be parsed are lost with them. Takes the
-    directory lock, so it refuses to run while a server has the journal open
-    (:class:`~journal.errors.JournalLockedError`).
-    """
-    path = Path(directory)
-    plan = RepairPlan(path)
-    with DirectoryLock(path):
-        undecodable: list[tuple[int, int, str]] = []  # the first: segment, offset, why
-
-        def on_frame(number: int, frame: Frame) -> None:
-            if not undecodable:
-                try:
-                    decode_batch(frame.payload)
-                except JournalDecodeError as exc:
-                    undecodable.append((number, frame.start, str(exc)))
-
-        scan = scan_log(path, on_frame)
-        damage, later = scan.damage, scan.unscanned
-        if undecodable:  # a valid checksum over bytes replay cannot read: it stops there too
-            number, offset, why = undecodable[0]
-            seg = next(s for s in scan.segments if s.number == number)
-            reason = f"undecodable record: {why}"
-            damage = Damage(number, seg.path, offset, seg.size, reason, torn=False)
-            later = [(s.number, s.path) for s in scan.segments if s.number > number]
-            later += scan.unscanned
-        if damage is None:
-            return plan
-        plan.problem = _problem(damage)
-        lost: Counter[str] = Counter()
-        with open(damage.path, "rb") as f:
-            view = memoryview(f.read())
-        if damage.header:
-            plan.remove_files.append(damage.path.name)
-            plan.lost_records += _count_frames(view, HEADER_SIZE, lost)
-        else:
-            plan.truncate_file = damage.path.name
-            plan.truncate_offset = damage.offset
-            plan.lost_records += _count_frames(view, damage.offset + 1, lost)
-        plan.lost_bytes = damage.bytes_after
-        for _number, seg_path in later:
-            with open(seg_path, "rb") as f:
-                view = memoryview(f.read())
-            plan.remove_files.append(seg_path.name)
-            plan.lost_bytes += len(view)
-            plan.lost_records += _count_frames(view, HEADER_SIZE, lost)
-        plan.lost_ops_by_type = dict(lost)
-        if not dry_run:
-            _apply(path, plan)
-    return plan
-
-
-def _apply(directory: Path, plan: RepairPlan) -> None:
-    # Newest first, so a crash during repair still leaves a gap-free prefix.
-    for name in reversed(plan.remove_files):
-        (directory / name).unlink()
-    if plan.truncate_file is not None and plan.truncate_offset is not None:
-        fd = os.open(directory / plan.truncate_file, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, plan.truncate_offset)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fsync_directory(directory)
-    plan.applied = True

@@ -29,6 +29,7 @@ from journal.format import (
     FRAME_OVERHEAD,
     HEADER_SIZE,
     MAX_PAYLOAD,
+    RECORD_PADDING,
     RECORD_TYPES,
     Position,
     UnsupportedFormatError,
@@ -45,6 +46,7 @@ __all__ = [
     "LogScan",
     "RecoveryReport",
     "SegmentScan",
+    "check_header",
     "read_records",
     "recover_tail",
     "scan_log",
@@ -201,7 +203,7 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
             reason = f"gap in segment numbers: segment {prev} is followed by {number}"
             seg.damage = Damage(number, path, 0, len(view), reason, torn=False, header=True)
         else:
-            seg.damage = _check_header(number, path, view, last)
+            seg.damage = check_header(number, path, view, last)
         if seg.damage is None:
             seg.end = Position(number, HEADER_SIZE)
             walker = FrameWalker(view)
@@ -230,7 +232,7 @@ def _end_of(walker: FrameWalker, seg: SegmentScan) -> int:
     return seg.size
 
 
-def _check_header(number: int, path: Path, view: memoryview, last: bool) -> Damage | None:
+def check_header(number: int, path: Path, view: memoryview, last: bool) -> Damage | None:
     size = len(view)
     try:
         found = decode_header(view[:HEADER_SIZE])
@@ -305,7 +307,7 @@ def read_records(
         view = _read(path)
         if until is not None and number == until.segment:
             view = view[: until.offset]
-        damage = _check_header(number, path, view, last=False)
+        damage = check_header(number, path, view, last=False)
         if damage is not None:
             raise JournalCorruptError(path, 0, damage.reason)
         skip_to = HEADER_SIZE
@@ -319,6 +321,8 @@ def read_records(
                 continue
             if not boundary_ok:
                 raise JournalError(f"journal position {after} is not a record boundary")
+            if frame.record_type == RECORD_PADDING:
+                continue
             try:
                 ops = decode_batch(frame.payload)
             except JournalDecodeError as exc:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import Engine
 
+from journal.format import HEADER_SIZE
 from mqstore.db import create_engine
 from tests.broker.harness import connect, drain
 from tests.conftest import Databases, count_rows
@@ -122,3 +124,31 @@ def test_receipted_messages_survive_the_journal_directory_being_deleted(
     finally:
         server.stop()
     assert delivered == receipted
+
+
+def test_a_bad_record_is_refused_then_repaired_without_losing_the_later_ones(
+    dsn: str, tmp_path: Path
+) -> None:
+    base = tmp_path / "data"
+    server = MqstoreServer(dsn, base, name="a", journal=True, lock="none")
+    server.env["MQSTORE_CHECKPOINT_INTERVAL_MS"] = "600000"  # all of them only in the journal
+    server.start()
+    _send(server.port, 10)
+    server.kill()
+    [segment] = (base / "journal").glob("*.wal")
+    data = bytearray(segment.read_bytes())
+    data[HEADER_SIZE + 12] ^= 0x40  # inside the first message's record
+    segment.write_bytes(bytes(data))
+    refused = MqstoreServer(dsn, base, name="a", journal=True, lock="none")
+    text = _refused(refused)
+    assert f"{segment} is corrupt at offset {HEADER_SIZE}" in text
+    assert f"mqstore journal repair {base / 'journal'}" in text
+    cli = [sys.executable, "-m", "mqstore", "journal", "repair", str(base / "journal")]
+    dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, check=True)
+    assert "0 readable records" in dry.stdout, dry.stdout
+    subprocess.run(cli, capture_output=True, text=True, check=True)
+    server = MqstoreServer(dsn, base, name="a", journal=True, lock="none").start()
+    try:
+        assert sorted(drain(server.port, QUEUE)) == sorted(f"m{i}" for i in range(1, 10))
+    finally:
+        server.stop()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from journal import JournalError, JournalLockedError
+from journal import JournalError, JournalLockedError, repair
+from journal.format import HEADER_SIZE
 from journal.store import JournalDatabaseMismatchError, JournaledStore, JournalUnusableError
 from mqstore import migrate
 from mqstore.db import create_engine
@@ -109,3 +110,27 @@ def test_writes_acknowledged_before_the_directory_was_deleted_are_kept(
     store.stop()  # the final checkpoint writes what only the window still holds
     store = make_journaled(directory)
     assert [m.msgid_seq for m in store.page(Q, None, 100)] == acked == [0, 1]
+
+
+def test_repair_cuts_out_a_bad_record_and_keeps_the_ones_after_it(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    store.add([msg(Q, i) for i in range(3)])
+    store.checkpoint()  # these are in the database, their records still in the segment
+    for i in range(3, 8):
+        store.add([msg(Q, i)])
+    store.stop(checkpoint=False)  # these are only in the journal
+    [segment] = directory.glob("*.wal")
+    data = bytearray(segment.read_bytes())
+    data[HEADER_SIZE + 12] ^= 0x40  # in the first record, behind the checkpoint
+    segment.write_bytes(bytes(data))
+    with pytest.raises(JournalUnusableError, match="journal repair"):
+        make_journaled(directory)
+    plan = repair(directory, dry_run=False)
+    assert plan.lost_records == 0 and [a.action for a in plan.actions] == ["pad"]
+    store = make_journaled(directory)  # the stored checkpoint position is still valid
+    assert [m.msgid_seq for m in store.page(Q, None, 100)] == list(range(8))
+    store.checkpoint()
+    assert count_rows(engine, "activemq_msgs") == 8

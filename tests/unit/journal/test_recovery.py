@@ -127,17 +127,20 @@ def test_mid_log_corruption_is_refused_then_repaired(tmp_path: Path) -> None:
 
     plan = repair(tmp_path, dry_run=True)
     assert path.read_bytes() == before and not plan.applied
-    assert (plan.truncate_file, plan.truncate_offset) == (path.name, bad_start)
-    assert plan.lost_bytes == len(before) - bad_start
-    assert plan.lost_records == 3
-    assert plan.lost_ops_by_type == {"AddMessage": 3}
+    bad_end = ends[2].offset
+    assert [(a.action, a.file, a.offset, a.end) for a in plan.actions] == [
+        ("pad", path.name, bad_start, bad_end)
+    ]
+    assert plan.lost_bytes == bad_end - bad_start
+    assert plan.lost_records == 0 and plan.lost_ops_by_type == {}  # only the bad one goes
     assert f"offset {bad_start}" in plan.describe()
 
     applied = repair(tmp_path, dry_run=False)
-    assert applied.applied and path.stat().st_size == bad_start
+    assert applied.applied and path.stat().st_size == len(before)
     with Journal.open(tmp_path) as journal:
         assert journal.recovery_report is None
-        assert ids_of(journal) == [0, 1]
+        assert ids_of(journal) == [0, 1, 3, 4, 5]
+        assert [end for end, _ in journal.recover(after=ends[3])] == ends[4:]
     assert repair(tmp_path).problem is None
 
 
@@ -150,10 +153,12 @@ def test_damage_in_an_earlier_segment_is_corruption(tmp_path: Path) -> None:
     with pytest.raises(JournalCorruptError) as info:
         Journal.open(tmp_path, segment_size=SEGMENT)
     assert info.value.segment == first
-    plan = repair(tmp_path, dry_run=True)
-    assert plan.remove_files == [f"{n:016d}.wal" for n in range(2, ends[-1].segment + 1)]
-    assert plan.lost_records == sum(e.segment >= 2 for e in ends)
-    assert plan.lost_ops_by_type == {"AddMessage": plan.lost_records}
+    plan = repair(tmp_path, dry_run=False)
+    assert [(a.action, a.file) for a in plan.actions] == [("truncate", first.name)]
+    assert plan.lost_records == 0 and plan.remove_files == []
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:  # later segments kept
+        kept = ids_of(journal)
+    assert len(kept) == len(ends) - 1 and kept == sorted(kept)
 
 
 def test_gap_and_bad_header_are_corruption(tmp_path: Path) -> None:
@@ -255,7 +260,7 @@ def test_a_record_that_does_not_decode_is_refused_then_repaired(tmp_path: Path) 
         list(journal.recover())
     assert "undecodable record" in str(info.value) and "journal repair" in str(info.value)
     plan = repair(tmp_path, dry_run=False)
-    assert (plan.truncate_file, plan.truncate_offset) == (path.name, start)
-    assert plan.lost_records == 1 and plan.applied  # the readable record after it
+    assert [(a.action, a.offset, a.end) for a in plan.actions] == [("pad", start, end)]
+    assert plan.lost_records == 0 and plan.applied  # the readable record after it is kept
     with Journal.open(tmp_path) as journal:
-        assert ids_of(journal) == [0]
+        assert ids_of(journal) == [0, 2]

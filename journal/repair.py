@@ -1,0 +1,234 @@
+"""``repair``: cut damage out of a journal, keeping every record that can still be read.
+
+A damaged stretch inside a segment (a record whose checksum fails, one that does not decode,
+garbage) is overwritten by a padding record of the same length, so the records after it
+keep their positions (a checkpoint position stored in the database stays valid) and are
+replayed. Where no valid record follows in its segment, the segment is cut there instead;
+a segment header that does not check out is written again. Only where the damage cannot be
+told apart from a different log (a gap in segment numbers, a header naming another segment,
+damage too short to pad) is the journal truncated and the later segments removed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from journal.errors import JournalDecodeError
+from journal.format import (
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    RECORD_PADDING,
+    encode_header,
+    encode_padding,
+)
+from journal.maintenance import Problem, count_frames, jsonable, resync
+from journal.reader import FrameWalker, check_header
+from journal.records import decode_batch
+from journal.segments import DirectoryLock, fsync_directory, list_segments
+
+__all__ = ["RepairAction", "RepairPlan", "repair"]
+
+PAD, TRUNCATE, REMOVE, HEADER = "pad", "truncate", "remove", "header"
+
+
+@dataclass(frozen=True, slots=True)
+class RepairAction:
+    """One change: ``pad`` bytes ``offset..end`` of ``file``, ``truncate`` it at ``offset``
+    (dropping up to ``end``), ``remove`` it, or write its ``header`` again."""
+
+    action: str
+    file: str
+    offset: int
+    end: int
+    reason: str
+
+
+@dataclass(slots=True)
+class RepairPlan:
+    """What ``repair`` would change (or changed, when ``applied``) and what is lost."""
+
+    directory: Path
+    problem: Problem | None = None
+    actions: list[RepairAction] = field(default_factory=list)
+    lost_bytes: int = 0
+    lost_records: int = 0
+    lost_ops_by_type: dict[str, int] = field(default_factory=dict)
+    applied: bool = False
+
+    @property
+    def remove_files(self) -> list[str]:
+        """Segment files removed, oldest first."""
+        return [a.file for a in self.actions if a.action == REMOVE]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return dict(jsonable(self))
+
+    def describe(self) -> str:
+        """Human-readable summary for the command line."""
+        if self.problem is None:
+            return f"journal {self.directory} is intact; nothing to repair"
+        p = self.problem
+        done = self.applied
+        lines = [f"{p.kind} in {p.file} at offset {p.offset}: {p.reason}"]
+        for a in self.actions:
+            if a.action == PAD:
+                what = f"{'padded' if done else 'would pad'} {a.file} bytes {a.offset}..{a.end}"
+                lines.append(f"{what} ({a.reason}); the records after them are kept")
+            elif a.action == TRUNCATE:
+                lines.append(f"{'truncated' if done else 'would truncate'} {a.file} at {a.offset}")
+            elif a.action == HEADER:
+                lines.append(f"{'rewrote' if done else 'would rewrite'} the header of {a.file}")
+            else:
+                lines.append(f"{'removed' if done else 'would remove'} {a.file}")
+        types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
+        lines.append(
+            f"lost: {self.lost_bytes} unreadable or cut bytes, {self.lost_records} readable "
+            "records" + (f" ({types})" if types else "")
+        )
+        return "\n".join(lines)
+
+
+def _first_bad(view: memoryview, start: int) -> tuple[int, str, bool, int | None]:
+    """Where the frames from ``start`` stop: (offset, reason, torn-shaped, end of a bad
+    frame that is whole but does not decode), or offset -1 when they reach the end."""
+    walker = FrameWalker(view, start)
+    for frame in walker:
+        if frame.record_type == RECORD_PADDING:
+            continue
+        try:
+            decode_batch(frame.payload)
+        except JournalDecodeError as exc:
+            return frame.start, f"undecodable record: {exc}", False, frame.end
+    if walker.problem is None:
+        return -1, "", False, None
+    offset, reason, torn = walker.problem
+    return offset, reason, torn, None
+
+
+class _Planner:
+    def __init__(self, plan: RepairPlan) -> None:
+        self.plan = plan
+        self.lost: Counter[str] = Counter()
+
+    def add(self, action: str, path: Path, offset: int, end: int, reason: str) -> None:
+        self.plan.actions.append(RepairAction(action, path.name, offset, end, reason))
+        if self.plan.problem is None:
+            kind = "torn-tail" if reason.startswith("torn") else "corrupt"
+            number = int(path.name.split(".")[0])
+            self.plan.problem = Problem(kind, number, path.name, offset, end - offset, reason)
+
+    def segment(self, number: int, path: Path, view: memoryview, last: bool) -> bool:
+        """Plan the repair of one segment; False when the later segments must go."""
+        size = len(view)
+        damage = check_header(number, path, view, last)
+        if damage is not None:
+            if damage.torn:  # a new last segment whose header was never written
+                self.add(REMOVE, path, 0, size, f"torn header: {damage.reason}")
+                self.plan.lost_bytes += size
+                return True
+            if "file name says" in damage.reason:
+                self.cut(path, view, 0, damage.reason)
+                return False
+            self.add(HEADER, path, 0, HEADER_SIZE, damage.reason)
+            if size < HEADER_SIZE:
+                return True
+        pos = HEADER_SIZE
+        while True:
+            offset, reason, torn, bad_end = _first_bad(view, pos)
+            if offset < 0:
+                return True
+            if torn and last:
+                self.add(TRUNCATE, path, offset, size, f"torn tail: {reason}")
+                self.plan.lost_bytes += size - offset
+                return True
+            end = bad_end if bad_end is not None else resync(view, offset + 1)
+            if end is None:  # nothing readable follows in this segment
+                self.add(TRUNCATE, path, offset, size, reason)
+                self.plan.lost_bytes += size - offset
+                return True
+            if end - offset < FRAME_OVERHEAD:
+                self.cut(path, view, offset, reason)
+                return False
+            self.add(PAD, path, offset, end, reason)
+            self.plan.lost_bytes += end - offset
+            pos = end
+
+    def cut(self, path: Path, view: memoryview, offset: int, reason: str) -> None:
+        """Truncate at ``offset`` (remove the file at 0), counting what is lost."""
+        action = REMOVE if offset == 0 else TRUNCATE
+        self.add(action, path, offset, len(view), reason)
+        self.plan.lost_bytes += len(view) - offset
+        self.plan.lost_records += count_frames(view, max(offset, HEADER_SIZE), self.lost)
+
+    def remove(self, path: Path) -> None:
+        view = _read(path)
+        self.add(REMOVE, path, 0, len(view), "after the cut")
+        self.plan.lost_bytes += len(view)
+        self.plan.lost_records += count_frames(view, HEADER_SIZE, self.lost)
+
+
+def _read(path: Path) -> memoryview:
+    with open(path, "rb") as f:
+        return memoryview(f.read())
+
+
+def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> RepairPlan:
+    """Plan (and unless ``dry_run`` apply) the repair of the journal in ``directory``.
+
+    Takes the directory lock, so it refuses to run while a server has the journal open
+    (:class:`~journal.errors.JournalLockedError`).
+    """
+    path = Path(directory)
+    plan = RepairPlan(path)
+    planner = _Planner(plan)
+    with DirectoryLock(path):
+        segments = list_segments(path)
+        prev: int | None = None
+        for i, (number, seg_path) in enumerate(segments):
+            view = _read(seg_path)
+            if prev is not None and number != prev + 1:
+                reason = f"gap in segment numbers: segment {prev} is followed by {number}"
+                planner.cut(seg_path, view, 0, reason)
+                ok = False
+            else:
+                ok = planner.segment(number, seg_path, view, i == len(segments) - 1)
+            prev = number
+            if not ok:
+                for _n, later in segments[i + 1 :]:
+                    planner.remove(later)
+                break
+        plan.lost_ops_by_type = dict(planner.lost)
+        if not dry_run and plan.actions:
+            _apply(path, plan)
+    return plan
+
+
+def _apply(directory: Path, plan: RepairPlan) -> None:
+    # Removals newest first, so a crash during repair still leaves a gap-free prefix.
+    for action in reversed(plan.actions):
+        if action.action == REMOVE:
+            (directory / action.file).unlink()
+    for action in plan.actions:
+        if action.action == REMOVE:
+            continue
+        fd = os.open(directory / action.file, os.O_WRONLY)
+        try:
+            if action.action == PAD:
+                os.pwrite(fd, encode_padding(action.end - action.offset), action.offset)
+            elif action.action == HEADER:
+                number = int(action.file.split(".")[0])
+                os.pwrite(fd, encode_header(number), 0)
+                if os.fstat(fd).st_size < HEADER_SIZE:
+                    os.ftruncate(fd, HEADER_SIZE)
+            else:
+                os.ftruncate(fd, action.offset)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_directory(directory)
+    plan.applied = True

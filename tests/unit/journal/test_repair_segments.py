@@ -1,0 +1,53 @@
+"""``repair`` of damaged segment files: only what cannot be read is lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from journal import Journal, JournalCorruptError, repair
+from tests.unit.journal.test_recovery import SEGMENT, flip, ids_of, segment_file, write_log
+
+
+def test_an_emptied_middle_segment_gets_its_header_back_and_the_later_ones_stay(
+    tmp_path: Path,
+) -> None:
+    ends = write_log(tmp_path, 400, segment_size=SEGMENT)
+    emptied = segment_file(tmp_path, 2)
+    lost = sum(e.segment == 2 for e in ends)
+    emptied.write_bytes(b"")  # truncated to zero by a bad copy or a full disk
+    with pytest.raises(JournalCorruptError, match="header"):
+        Journal.open(tmp_path, segment_size=SEGMENT)
+    plan = repair(tmp_path, dry_run=False)
+    assert [(a.action, a.file) for a in plan.actions] == [("header", emptied.name)]
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        kept = ids_of(journal)
+    assert len(kept) == len(ends) - lost and kept == sorted(kept)
+    assert kept[-1] == len(ends) - 1
+
+
+def test_a_bad_segment_header_is_written_again_keeping_its_records(tmp_path: Path) -> None:
+    ends = write_log(tmp_path, 400, segment_size=SEGMENT)
+    flip(segment_file(tmp_path, 2), 2)  # the magic
+    with pytest.raises(JournalCorruptError, match="magic"):
+        Journal.open(tmp_path, segment_size=SEGMENT)
+    plan = repair(tmp_path, dry_run=False)
+    assert [a.action for a in plan.actions] == ["header"] and plan.lost_records == 0
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        assert ids_of(journal) == list(range(len(ends)))
+
+
+def test_two_bad_records_in_different_segments_are_both_padded(tmp_path: Path) -> None:
+    ends = write_log(tmp_path, 400, segment_size=SEGMENT)
+    for segment in (1, 3):
+        start = next(e for e in ends if e.segment == segment).offset
+        flip(segment_file(tmp_path, segment), start + 5)  # the second record of each
+    plan = repair(tmp_path, dry_run=False)
+    assert [(a.action, a.file) for a in plan.actions] == [
+        ("pad", segment_file(tmp_path, 1).name),
+        ("pad", segment_file(tmp_path, 3).name),
+    ]
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        assert len(ids_of(journal)) == len(ends) - 2
+    assert repair(tmp_path).problem is None
