@@ -182,11 +182,13 @@ class JournaledStore(MergedReads):
                 sync_policy=self.sync_policy,
             )
             self._replay()
-        except BaseException:
+        except BaseException as exc:
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None
             self.pg.stop()
+            if isinstance(exc, JournalError):  # damage found only on replay, say
+                raise JournalUnusableError(str(exc)) from exc
             raise
         self._stopping.clear()
         self._started = True

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from journal import JournalError, JournalLockedError, repair
-from journal.format import HEADER_SIZE
+from journal.format import FRAME_OVERHEAD, HEADER_SIZE, RECORD_BATCH, encode_frame
 from journal.store import JournalDatabaseMismatchError, JournaledStore, JournalUnusableError
 from mqstore import migrate
 from mqstore.db import create_engine
@@ -134,3 +134,24 @@ def test_repair_cuts_out_a_bad_record_and_keeps_the_ones_after_it(
     assert [m.msgid_seq for m in store.page(Q, None, 100)] == list(range(8))
     store.checkpoint()
     assert count_rows(engine, "activemq_msgs") == 8
+
+
+def test_a_record_found_unreadable_only_on_replay_is_refused_with_a_store_error(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    ends = []
+    for i in range(3):
+        store.add([msg(Q, i)])
+        ends.append(store.journal.position)
+    store.stop(checkpoint=False)
+    [segment] = directory.glob("*.wal")
+    data = bytearray(segment.read_bytes())
+    start, end = ends[0].offset, ends[1].offset
+    data[start:end] = encode_frame(RECORD_BATCH, b"\xff" * (end - start - FRAME_OVERHEAD))
+    segment.write_bytes(bytes(data))  # a valid checksum over bytes that are no record
+    with pytest.raises(JournalUnusableError, match="undecodable record") as info:
+        make_journaled(directory)
+    assert isinstance(info.value, MqstoreError) and "journal repair" in str(info.value)
+    assert count_rows(engine, "activemq_msgs") == 0
