@@ -4,9 +4,10 @@ A damaged stretch inside a segment (a record whose checksum fails, one that does
 garbage) is overwritten by a padding record of the same length, so the records after it
 keep their positions (a checkpoint position stored in the database stays valid) and are
 replayed. Where no valid record follows in its segment, the segment is cut there instead;
-a segment header that does not check out is written again. Only where the damage cannot be
-told apart from a different log (a gap in segment numbers, a header naming another segment,
-damage too short to pad) is the journal truncated and the later segments removed.
+a segment header that does not check out is written again, and a segment missing from the
+middle is created empty. Only where the damage cannot be told apart from a different log (a
+header naming another segment, a long run of missing numbers, damage too short to pad) is
+the journal truncated and the later segments removed.
 """
 
 from __future__ import annotations
@@ -24,21 +25,25 @@ from journal.format import (
     RECORD_PADDING,
     encode_header,
     encode_padding,
+    segment_file_name,
 )
 from journal.maintenance import Problem, count_frames, jsonable, resync
 from journal.reader import FrameWalker, check_header
 from journal.records import decode_batch
-from journal.segments import DirectoryLock, fsync_directory, list_segments
+from journal.segments import DirectoryLock, create_segment, fsync_directory, list_segments
 
 __all__ = ["RepairAction", "RepairPlan", "repair"]
 
-PAD, TRUNCATE, REMOVE, HEADER = "pad", "truncate", "remove", "header"
+PAD, TRUNCATE, REMOVE, HEADER, CREATE = "pad", "truncate", "remove", "header", "create"
+#: More missing segments than this in a row are not a lost file but a different log.
+MAX_MISSING = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class RepairAction:
     """One change: ``pad`` bytes ``offset..end`` of ``file``, ``truncate`` it at ``offset``
-    (dropping up to ``end``), ``remove`` it, or write its ``header`` again."""
+    (dropping up to ``end``), ``remove`` it, write its ``header`` again, or ``create`` it
+    empty in place of a missing segment."""
 
     action: str
     file: str
@@ -83,6 +88,9 @@ class RepairPlan:
                 lines.append(f"{'truncated' if done else 'would truncate'} {a.file} at {a.offset}")
             elif a.action == HEADER:
                 lines.append(f"{'rewrote' if done else 'would rewrite'} the header of {a.file}")
+            elif a.action == CREATE:
+                what = "created" if done else "would create"
+                lines.append(f"{what} an empty {a.file} for the missing one (its records are lost)")
             else:
                 lines.append(f"{'removed' if done else 'would remove'} {a.file}")
         types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
@@ -193,8 +201,14 @@ def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> Repair
             view = _read(seg_path)
             if prev is not None and number != prev + 1:
                 reason = f"gap in segment numbers: segment {prev} is followed by {number}"
-                planner.cut(seg_path, view, 0, reason)
-                ok = False
+                if number - prev - 1 > MAX_MISSING:
+                    planner.cut(seg_path, view, 0, reason)
+                    ok = False
+                else:  # empty stand-ins for the missing ones; the records after them stay
+                    for missing in range(prev + 1, number):
+                        planner.add(CREATE, seg_path.with_name(segment_file_name(missing)),
+                                    0, 0, f"missing segment; {reason}")  # fmt: skip
+                    ok = planner.segment(number, seg_path, view, i == len(segments) - 1)
             else:
                 ok = planner.segment(number, seg_path, view, i == len(segments) - 1)
             prev = number
@@ -214,7 +228,9 @@ def _apply(directory: Path, plan: RepairPlan) -> None:
         if action.action == REMOVE:
             (directory / action.file).unlink()
     for action in plan.actions:
-        if action.action == REMOVE:
+        if action.action == CREATE:
+            os.close(create_segment(directory, int(action.file.split(".")[0])))
+        if action.action in (REMOVE, CREATE):
             continue
         fd = os.open(directory / action.file, os.O_WRONLY)
         try:
