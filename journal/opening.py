@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from journal.binding import check_binding
@@ -27,16 +28,27 @@ def open_store_journal(
     except JournalError as exc:
         raise JournalUnusableError(str(exc)) from exc
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise JournalUnusableError(
-            f"cannot open the journal in {directory}: {exc.strerror or exc}{where}; the user "
-            "running mqstore needs read and write access to the directory and its files"
-        ) from exc
+        raise _unusable(directory, exc) from exc
     try:
         holds = journal.position > journal.start_position
         journal_id = read_journal_id(directory, holds_records=holds)
         check_binding(directory, pg)
+    except OSError as exc:
+        journal.close()
+        raise _unusable(directory, exc) from exc
     except BaseException:
         journal.close()
         raise
     return journal, journal_id
+
+
+def _unusable(directory: Path, exc: OSError) -> JournalUnusableError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    hint = (
+        "free space on its file system"
+        if exc.errno == errno.ENOSPC
+        else "the user running mqstore needs read and write access to the directory and its files"
+    )
+    return JournalUnusableError(
+        f"cannot open the journal in {directory}: {exc.strerror or exc}{where}; {hint}"
+    )

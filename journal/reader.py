@@ -237,7 +237,10 @@ def check_header(number: int, path: Path, view: memoryview, last: bool) -> Damag
     try:
         found = decode_header(view[:HEADER_SIZE])
     except UnsupportedFormatError as exc:
-        raise JournalError(f"journal segment {path}: {exc}; use a matching mqstore") from None
+        raise JournalError(
+            f"journal segment {path} was written by another mqstore ({exc}): run the mqstore "
+            "that wrote it, or a newer one; this one neither replays nor repairs it"
+        ) from None
     except ValueError as exc:
         torn = last and (size < HEADER_SIZE or _all_zero(view))
         return Damage(number, path, 0, size, str(exc), torn=torn, header=True)

@@ -4,14 +4,23 @@ leave a segment it cannot use. The journal refuses with one clear error and writ
 from __future__ import annotations
 
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 from sqlalchemy.engine import Engine
 
 from journal import JournalError, JournalLockedError, repair
-from journal.format import FRAME_OVERHEAD, HEADER_SIZE, RECORD_BATCH, encode_frame
+from journal.format import (
+    FORMAT_VERSION,
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    MAGIC,
+    RECORD_BATCH,
+    encode_frame,
+)
 from journal.store import JournalDatabaseMismatchError, JournaledStore, JournalUnusableError
 from mqstore import migrate
 from mqstore.db import create_engine
@@ -155,3 +164,22 @@ def test_a_record_found_unreadable_only_on_replay_is_refused_with_a_store_error(
         make_journaled(directory)
     assert isinstance(info.value, MqstoreError) and "journal repair" in str(info.value)
     assert count_rows(engine, "activemq_msgs") == 0
+
+
+def test_a_journal_of_a_newer_format_is_refused_and_left_alone(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    store.add([msg(Q, 1)])
+    store.stop(checkpoint=False)
+    [segment] = directory.glob("*.wal")
+    newer = struct.pack("<8sHHQ", MAGIC, FORMAT_VERSION + 1, 0, 1)
+    segment.write_bytes(newer + struct.pack("<I", crc32c(newer)) + segment.read_bytes()[24:])
+    before = segment.read_bytes()
+    with pytest.raises(JournalUnusableError, match="run the mqstore that wrote it") as info:
+        make_journaled(directory)
+    assert f"format version {FORMAT_VERSION + 1}" in str(info.value)
+    with pytest.raises(JournalError, match="neither replays nor repairs"):
+        repair(directory, dry_run=False)
+    assert segment.read_bytes() == before
