@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from journal.admission import Admission, Claims, Key
 from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
+from journal.checkpoint_loop import run_checkpoints
 from journal.errors import JournalError
 from journal.format import Position
 from journal.merge import DatabaseView
@@ -50,7 +51,6 @@ from journal.support import (
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
 from mqstore.errors import (
     DatabaseUnavailableError,
-    LockLostError,
     MessageNotFoundError,
     StoreClosedError,
 )
@@ -193,7 +193,10 @@ class JournaledStore(MergedReads):
         self._stopping.clear()
         self._started = True
         self._thread = threading.Thread(
-            target=self._checkpoint_loop, name="mqstore-checkpoint", daemon=True
+            target=run_checkpoints,
+            args=(self, self._wake, self._stopping),
+            name="mqstore-checkpoint",
+            daemon=True,
         )
         self._thread.start()
 
@@ -279,49 +282,6 @@ class JournaledStore(MergedReads):
     # ------------------------------------------------------------------ checkpoint
     def _holds_lock(self) -> bool:
         return not self.pg.lock_lost and self.pg.locker.is_held()
-
-    def _checkpoint_loop(self) -> None:
-        """Checkpoint every interval (or when woken). While the lease cannot be renewed
-        (the database does not answer) checkpoints pause, and resume once it is; when
-        another broker took the lock they stop: the journal keeps its records for the next
-        start, which applies them once this broker holds the lock again."""
-        paused = False  # the lock was not held at the last turn
-        failing = False  # the last checkpoint failed for want of the database or the lock
-        while not self._stopping.is_set():
-            self._wake.wait(self.checkpoint_interval_s)
-            self._wake.clear()
-            if self._stopping.is_set():
-                return
-            if self.pg.lock_lost:
-                log.warning(
-                    "journal checkpoints stopped: this broker lost the master lock; what it "
-                    "journaled stays in %s for its next start to apply",
-                    self.journal_dir,
-                )
-                return
-            if not self.pg.locker.is_held():
-                if not paused:
-                    log.warning(
-                        "journal checkpoints paused: the lease could not be renewed; they "
-                        "resume once it is"
-                    )
-                paused = True
-                self._stopping.wait(min(1.0, self.checkpoint_interval_s))
-                continue
-            if paused:
-                log.info("journal checkpoints resume: the lease is renewed")
-                paused = False
-            try:
-                self.checkpoint()
-                failing = False
-            except (DatabaseUnavailableError, LockLostError) as exc:
-                if not failing:  # one line per outage, not a traceback per retry
-                    log.warning("journal checkpoint failed; retrying: %s", exc)
-                failing = True
-                self._stopping.wait(min(1.0, self.checkpoint_interval_s))
-            except Exception:  # keep checkpointing; the state stays until one succeeds
-                log.exception("journal checkpoint failed; retrying")
-                self._stopping.wait(min(1.0, self.checkpoint_interval_s))
 
     def checkpoint(self) -> CheckpointResult | None:
         """Apply everything acknowledged so far to the database; None if nothing was new.
