@@ -9,6 +9,7 @@ in ``<journal>/database.json``; later starts refuse any other database.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from mqstore.store.postgres import PostgresStore
 __all__ = ["BINDING_FILE", "check_binding"]
 
 BINDING_FILE = "database.json"
+
+log = logging.getLogger(__name__)
 
 
 def _describe(binding: dict[str, Any]) -> str:
@@ -54,9 +57,10 @@ def _write(path: Path, binding: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def check_binding(directory: Path, pg: PostgresStore) -> None:
+def check_binding(directory: Path, pg: PostgresStore, *, holds_records: bool) -> None:
     """Bind the journal in ``directory`` to ``pg``'s database and prefix on first use;
-    raise :class:`JournalDatabaseMismatchError` when it belongs to another one."""
+    raise :class:`JournalDatabaseMismatchError` when it belongs to another one and
+    ``holds_records`` (a journal without records has nothing to replay: it is rebound)."""
     current: dict[str, Any] = dict(pg.read(database_identity))
     current["table_prefix"] = pg.prefix
     path = directory / BINDING_FILE
@@ -73,7 +77,10 @@ def check_binding(directory: Path, pg: PostgresStore) -> None:
             f"belongs to cannot be told; restore the file from a backup of the directory, or "
             f"delete it if this broker's database ({_describe(current)}) is the journal's"
         )
-    if not _same(stored, current):
+    if not _same(stored, current) and not holds_records:
+        log.warning("the empty journal in %s now belongs to %s", directory, _describe(current))
+        _write(path, current)
+    elif not _same(stored, current):
         raise JournalDatabaseMismatchError(
             f"the journal in {directory} belongs to {_describe(stored)}, but this broker is "
             f"connected to {_describe(current)}: replaying it here would write the other "

@@ -32,7 +32,7 @@ def open_store_journal(
     try:
         holds = journal.position > journal.start_position
         journal_id = read_journal_id(directory, holds_records=holds)
-        check_binding(directory, pg)
+        check_binding(directory, pg, holds_records=holds)
     except OSError as exc:
         journal.close()
         raise _unusable(directory, exc) from exc

@@ -77,17 +77,38 @@ def test_a_journal_is_not_replayed_under_another_table_prefix(
 
 
 def test_a_moved_database_is_accepted_once_the_operator_deletes_the_binding(
-    make_journaled: JournaledFactory, other_engine: Engine, tmp_path: Path
+    make_journaled: JournaledFactory, engine: Engine, databases: Databases, tmp_path: Path
 ) -> None:
     directory = tmp_path / "j"
-    make_journaled(directory).stop()
-    with pytest.raises(JournalDatabaseMismatchError):
-        _start(other_engine, directory)
-    (directory / "database.json").unlink()
+    store = make_journaled(directory)
+    store.add([msg(Q, 1)])
+    store.checkpoint()
+    store.add([msg(Q, 2)])
+    store.stop(checkpoint=False)  # one message in the database, one only in the journal
+    engine.dispose()
+    moved = create_engine(databases.dsn_for(databases.create(template=engine.url.database)))
+    try:
+        with pytest.raises(JournalDatabaseMismatchError):
+            _start(moved, directory)
+        (directory / "database.json").unlink()
+        store = _start(moved, directory)
+        assert [m.msgid_seq for m in store.page(Q, None, 10)] == [1, 2]
+        store.stop()
+        assert count_rows(moved, "activemq_msgs") == 2
+    finally:
+        moved.dispose()
+
+
+def test_a_journal_without_records_follows_a_changed_database(
+    other_engine: Engine, engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    _start(engine, directory).stop()  # started against the wrong database, nothing written
     store = _start(other_engine, directory)
     store.add([msg(Q, 1)])
-    store.stop()
-    assert count_rows(other_engine, "activemq_msgs") == 1
+    store.stop(checkpoint=False)
+    with pytest.raises(JournalDatabaseMismatchError):
+        _start(engine, directory)  # now it holds the other database's record
 
 
 def test_a_locked_journal_is_refused_with_a_store_error(
