@@ -44,11 +44,16 @@ def open_store_journal(
 
 def _unusable(directory: Path, exc: OSError) -> JournalUnusableError:
     where = f" ({exc.filename})" if exc.filename else ""
-    hint = (
-        "free space on its file system"
-        if exc.errno == errno.ENOSPC
-        else "the user running mqstore needs read and write access to the directory and its files"
-    )
+    hint = _HINTS.get(exc.errno or 0, "give --journal-dir a directory this broker can use")
     return JournalUnusableError(
         f"cannot open the journal in {directory}: {exc.strerror or exc}{where}; {hint}"
     )
+
+
+_ACCESS = "the user running mqstore needs read and write access to the directory and its files"
+_HINTS = {
+    errno.ENOSPC: "free space on its file system",
+    errno.EACCES: _ACCESS,
+    errno.EPERM: _ACCESS,
+    errno.EROFS: "its file system is read-only; mount it writable",
+}

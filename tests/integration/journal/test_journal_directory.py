@@ -204,3 +204,13 @@ def test_a_journal_of_a_newer_format_is_refused_and_left_alone(
     with pytest.raises(JournalError, match="neither replays nor repairs"):
         repair(directory, dry_run=False)
     assert segment.read_bytes() == before
+
+
+def test_a_journal_directory_that_cannot_be_made_is_refused_with_a_store_error(
+    engine: Engine, tmp_path: Path
+) -> None:
+    taken = tmp_path / "j"
+    taken.write_text("not a directory")
+    with pytest.raises(JournalUnusableError, match=f"cannot open the journal in {taken}"):
+        _start(engine, taken)
+    assert taken.read_text() == "not a directory"
