@@ -94,9 +94,11 @@ class RepairPlan:
             else:
                 lines.append(f"{'removed' if done else 'would remove'} {a.file}")
         types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
+        stretches = sum(a.action != HEADER for a in self.actions)
         lines.append(
-            f"lost: {self.lost_bytes} unreadable or cut bytes, {self.lost_records} readable "
-            "records" + (f" ({types})" if types else "")
+            f"lost: whatever records the {self.lost_bytes} unreadable bytes held ({stretches} "
+            f"place(s)), and {self.lost_records} readable records"
+            + (f" ({types})" if types else "")
         )
         return "\n".join(lines)
 

@@ -509,7 +509,7 @@ def journal_repair(
 
         try:
             plan = repair(directory, dry_run=True)
-            console.print(plan.describe(), highlight=False)
+            console.print(plan.describe(), highlight=False, soft_wrap=True)
             if not dry_run:
                 repair(directory, dry_run=False)
                 console.print("repaired")
