@@ -322,6 +322,9 @@ def read_records(
             if frame.end <= skip_to:
                 boundary_ok = boundary_ok or frame.end == skip_to
                 continue
+            if frame.record_type == RECORD_PADDING and frame.start < skip_to:
+                boundary_ok = True  # repair padded over records around ``after``: lost ones
+                continue
             if not boundary_ok:
                 raise JournalError(f"journal position {after} is not a record boundary")
             if frame.record_type == RECORD_PADDING:

@@ -214,3 +214,28 @@ def test_a_journal_directory_that_cannot_be_made_is_refused_with_a_store_error(
     with pytest.raises(JournalUnusableError, match=f"cannot open the journal in {taken}"):
         _start(engine, taken)
     assert taken.read_text() == "not a directory"
+
+
+def test_a_checkpoint_position_inside_a_repaired_stretch_still_replays_what_follows(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    ends = []
+    for i in range(4):
+        store.add([msg(Q, i)])
+        ends.append(store.journal.position)
+        if i == 1:
+            store.checkpoint()  # the database holds the position after message 1
+    store.stop(checkpoint=False)
+    [segment] = directory.glob("*.wal")
+    data = bytearray(segment.read_bytes())
+    start, end = ends[0].offset + 10, ends[1].offset + 10  # across messages 1 and 2
+    data[start:end] = bytes(end - start)
+    segment.write_bytes(bytes(data))
+    plan = repair(directory, dry_run=False)
+    assert [(a.action, a.offset, a.end) for a in plan.actions] == [
+        ("pad", ends[0].offset, ends[2].offset)
+    ]
+    store = make_journaled(directory)  # message 2 is lost with the damage, 3 is replayed
+    assert [m.msgid_seq for m in store.page(Q, None, 10)] == [0, 1, 3]
