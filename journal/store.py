@@ -168,6 +168,13 @@ class JournaledStore(MergedReads):
             raise StoreClosedError("the journaled store is not started (call start() first)")
         return self._journal
 
+    @property
+    def failure(self) -> BaseException | None:
+        """What made the journal fail (a write, sync or rotation), once it did: then every
+        write is refused until a restart replays the journal."""
+        journal = self._journal
+        return journal.failure if journal is not None else None
+
     def start(self) -> None:
         """Start the database store, open and replay the journal, start checkpointing."""
         if self._started:

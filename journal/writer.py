@@ -510,6 +510,11 @@ class Journal:
         return self._failure is not None
 
     @property
+    def failure(self) -> BaseException | None:
+        """What made the log fail, once it did."""
+        return self._failure
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed

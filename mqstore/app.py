@@ -18,7 +18,7 @@ from mqstore.broker import Broker, BrokerConfig, eventloop
 from mqstore.broker.config import RedeliveryPolicy
 from mqstore.broker.frames import Limits
 from mqstore.embedded import EmbeddedPostgres
-from mqstore.errors import ConfigError, LockLostError
+from mqstore.errors import ConfigError, JournalFailedError, LockLostError
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
 from mqstore.schema import build_schema
 from mqstore.settings import Settings
@@ -234,10 +234,17 @@ def serve(settings: Settings, host: str, port: int) -> None:
             if stop.is_set() and not deposed.is_set():
                 return
             raise
+        journal_failure = _watch_journal(store, stop)
         try:
             eventloop.run(_run_broker(Broker(store, config), host, port, stop), settings.event_loop)
         finally:
             store.stop()
+        if journal_failure:
+            raise JournalFailedError(
+                f"this broker stopped: its journal in {settings.resolved_journal_dir} failed "
+                f"({journal_failure[0]}); what it acknowledged was checkpointed to the "
+                "database. Fix the cause (disk, permissions, a deleted directory) and restart it"
+            )
         if deposed.is_set():
             raise LockLostError(
                 f"this broker stopped: it lost the master lock ({pg.locker.lost_reason or 'taken'})"
@@ -277,6 +284,32 @@ def raise_file_limit(max_connections: int) -> None:
             "MQSTORE_MAX_CONNECTIONS",
             soft, max_connections, FILE_HEADROOM, max(0, soft - FILE_HEADROOM),
         )  # fmt: skip
+
+
+def _watch_journal(store: Store, stop: threading.Event) -> list[BaseException]:
+    """For a journaled store: a thread that sets ``stop`` once the journal fails, since
+    every write is refused from then on (a supervisor restarts the broker, whose recovery
+    re-reads the log). Returns the list the failure is put in."""
+    failure: list[BaseException] = []
+    if isinstance(store, PostgresStore):
+        return failure
+    from journal.store import JournaledStore
+
+    assert isinstance(store, JournaledStore)
+
+    def watch() -> None:
+        while not stop.wait(JOURNAL_WATCH_S):
+            if (exc := store.failure) is not None:
+                log.error("the journal failed (%s): stopping the broker", exc)
+                failure.append(exc)
+                stop.set()
+
+    threading.Thread(target=watch, name="mqstore-journal-watch", daemon=True).start()
+    return failure
+
+
+#: How often serve looks whether the journal failed.
+JOURNAL_WATCH_S = 0.5
 
 
 def _postgres_of(store: Store) -> PostgresStore:

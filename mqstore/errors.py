@@ -72,3 +72,7 @@ class NotMasterError(LockError):
 
 class StoreClosedError(StoreError):
     """The store is not started or already stopped."""
+
+
+class JournalFailedError(StoreError):
+    """The journal failed while the broker ran (a write, sync or rotation)."""
