@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -148,6 +149,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         limits=Limits(max_frame_size=settings.max_message_bytes + FRAME_HEADROOM),
         heartbeat_ms=(settings.heartbeat_ms, settings.heartbeat_ms),
         max_connections=settings.max_connections,
+        tls=_tls(settings),
         topic_high_water=settings.topic_high_water_mb << 20,
         topic_low_water=settings.topic_high_water_mb << 19,  # producers go on at half
         topic_pending_limit=settings.topic_pending_limit,
@@ -165,6 +167,20 @@ def broker_config(settings: Settings) -> BrokerConfig:
         cleanup_interval=settings.cleanup_interval_s,
         expiry_batch=settings.expiry_batch,
     )
+
+
+def _tls(settings: Settings) -> ssl.SSLContext | None:
+    """The STOMP listener's TLS context, when a certificate is set."""
+    if settings.tls_cert is None:
+        if settings.tls_key is not None or settings.tls_client_ca is not None:
+            raise ConfigError(
+                "MQSTORE_TLS_KEY and MQSTORE_TLS_CLIENT_CA need MQSTORE_TLS_CERT (--tls-cert): "
+                "give the listener's certificate too"
+            )
+        return None
+    from mqstore.broker.tls import server_context
+
+    return server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
 
 
 def _seconds(wait_ms: int) -> float | None:

@@ -268,6 +268,17 @@ def serve(
         Path | None,
         typer.Option(help="STOMP logins, login=passcode lines [MQSTORE_USERS_FILE]"),
     ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="PEM certificate: STOMP over TLS only [MQSTORE_TLS_CERT]"),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="PEM key of --tls-cert [MQSTORE_TLS_KEY]")
+    ] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option(help="PEM CAs client certificates must chain to [MQSTORE_TLS_CLIENT_CA]"),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
     """Run the STOMP broker on the store (embedded PostgreSQL when no DSN is given)."""
@@ -293,6 +304,9 @@ def serve(
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             users_file=users_file,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
         )
         host, _, port = stomp.rpartition(":")
         if not host or not port.isdigit() or int(port) > 65535:

@@ -65,6 +65,17 @@ class Settings(BaseSettings):
     metrics_host: str = Field(
         default="127.0.0.1", description="address /metrics listens on (0.0.0.0: every one)"
     )
+    tls_cert: Path | None = Field(
+        default=None,
+        description="PEM certificate (chain) of the STOMP listener; set: STOMP over TLS only",
+    )
+    tls_key: Path | None = Field(
+        default=None, description="PEM private key of tls_cert (unset: in the certificate file)"
+    )
+    tls_client_ca: Path | None = Field(
+        default=None,
+        description="PEM CAs whose client certificates STOMP clients must present; unset: none",
+    )
     users_file: Path | None = Field(
         default=None,
         description="STOMP logins, one login=passcode per line (ActiveMQ's users.properties); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import ssl
 from dataclasses import dataclass, field
 
 from mqstore.broker.flow import check_block_timeout
@@ -130,6 +131,8 @@ class BrokerConfig:
     #: Open client connections the broker serves at once (ActiveMQ's maximumConnections);
     #: one more gets an ERROR frame and is closed. 0: no limit.
     max_connections: int = 1000
+    #: TLS for the STOMP listener (:func:`mqstore.broker.tls.server_context`); None: plain TCP.
+    tls: ssl.SSLContext | None = None
     metrics_host: str = "127.0.0.1"
     stop_timeout: float = 10.0
 

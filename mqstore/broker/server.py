@@ -39,6 +39,9 @@ from mqstore.store.port import Store
 
 log = logging.getLogger(__name__)
 
+#: Seconds a TLS client has to finish its handshake before the connection is dropped.
+TLS_HANDSHAKE_S = 10.0
+
 Destination = Dispatcher
 
 
@@ -82,7 +85,10 @@ class Broker:
         self._writer = StoreWriter(self.store, self.config.max_batch)
         self._writer.start()
         await self._load()
-        self._server = await asyncio.start_server(self._accept, host, port)
+        tls: dict[str, Any] = {}
+        if self.config.tls is not None:  # uvloop refuses a handshake timeout without TLS
+            tls = {"ssl": self.config.tls, "ssl_handshake_timeout": TLS_HANDSHAKE_S}
+        self._server = await asyncio.start_server(self._accept, host, port, **tls)
         self.port = self._server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -96,7 +102,8 @@ class Broker:
             self._tasks.append(loop.create_task(cleanup))
         if self.config.metrics_port is not None:
             self.metrics.serve(self.config.metrics_host, self.config.metrics_port)
-        log.info("STOMP broker listening on %s:%d", host, self.port)
+        over = " (TLS)" if tls else ""
+        log.info("STOMP broker listening on %s:%d%s", host, self.port, over)
 
     async def _load(self) -> None:
         store = self.store
