@@ -55,8 +55,11 @@ def run_migrations_offline() -> None:
 
 
 def _run(connection: Connection) -> None:
+    from mqstore.migrate import lock_migrations
+
     _configure(connection=connection)
     with context.begin_transaction():
+        lock_migrations(connection, _prefix())  # another migration of the prefix goes first
         context.run_migrations()
 
 

@@ -17,7 +17,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy.engine import Connection, Engine
 
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
-from mqstore.schema import StoreSchema, build_schema, table_name
+from mqstore.schema import StoreSchema, build_schema, table_name, version_table_name
 
 #: The revision whose DDL equals ActiveMQ 5.17's tables (plus mqstore's corrections).
 BASELINE_REVISION = "0001"
@@ -59,9 +59,23 @@ def _existing_tables(conn: Connection) -> set[str]:
     return set(sa.inspect(conn).get_table_names())
 
 
+def lock_migrations(conn: Connection, prefix: str = "") -> None:
+    """Wait until no other session migrates ``prefix`` in this schema; held to the end of
+    ``conn``'s transaction, so two brokers upgrading at once run one after the other and the
+    second finds the work done."""
+    conn.execute(
+        sa.text(
+            "SELECT pg_advisory_xact_lock(hashtextextended("
+            "'mqstore migrations ' || coalesce(current_schema(), '') || '.' || :table, 0))"
+        ),
+        {"table": version_table_name(prefix)},
+    )
+
+
 def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
     """Migrate to ``revision``; refuses (with the fix) on ActiveMQ tables mqstore never managed."""
     with engine.begin() as conn:
+        lock_migrations(conn, prefix)
         schema = build_schema(prefix)
         tables = _existing_tables(conn)
         if schema.version_table not in tables and schema.msgs.name in tables:
@@ -76,6 +90,7 @@ def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
 def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
     """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table)."""
     with engine.begin() as conn, _revision_errors(conn, prefix, revision):
+        lock_migrations(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
 
 
@@ -350,6 +365,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
     schema = build_schema(prefix)
     report = AdoptReport()
     with engine.begin() as conn:
+        lock_migrations(conn, prefix)
         tables = _existing_tables(conn)
         if current_revision(conn, prefix) is not None:
             raise SchemaError(
