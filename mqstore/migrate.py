@@ -73,25 +73,73 @@ def lock_migrations(conn: Connection, prefix: str = "") -> None:
 
 
 def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
-    """Migrate to ``revision``; refuses (with the fix) on ActiveMQ tables mqstore never managed."""
-    with engine.begin() as conn:
+    """Migrate to ``revision``; refuses (with the fix) on tables mqstore never managed."""
+    with _database_errors("upgrade"), engine.begin() as conn:
         lock_migrations(conn, prefix)
-        schema = build_schema(prefix)
-        tables = _existing_tables(conn)
-        if schema.version_table not in tables and schema.msgs.name in tables:
-            raise SchemaError(
-                f"table {schema.msgs.name} exists but mqstore never migrated this database "
-                f"(prefix {prefix!r}): it was made by ActiveMQ; run `mqstore db adopt` first"
-            )
+        _refuse_unmanaged_tables(conn, prefix)
         with _revision_errors(conn, prefix, revision):
             command.upgrade(alembic_config(prefix, conn), revision)
 
 
+def _refuse_unmanaged_tables(conn: Connection, prefix: str) -> None:
+    """Raise when tables of ``prefix`` exist but mqstore never migrated them (creating them
+    again would fail half-way)."""
+    schema = build_schema(prefix)
+    tables = _existing_tables(conn)
+    if schema.version_table in tables:
+        return
+    if schema.msgs.name in tables:
+        raise SchemaError(
+            f"table {schema.msgs.name} exists but mqstore never migrated this database "
+            f"(prefix {prefix!r}): it was made by ActiveMQ; run `mqstore db adopt` first"
+        )
+    found = [t.name for t in schema.metadata.sorted_tables if t.name in tables]
+    if found:
+        one = len(found) == 1
+        what = f"table {found[0]} exists" if one else f"tables {', '.join(found)} exist"
+        them = "it" if one else "them"
+        raise SchemaError(
+            f"{what} but mqstore never migrated this database "
+            f"(prefix {prefix!r}), nothing was changed: drop {them} or use another "
+            f"--table-prefix (if ActiveMQ made {them}, `mqstore db adopt` takes over all three "
+            "of its tables)"
+        )
+
+
 def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
     """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table)."""
-    with engine.begin() as conn, _revision_errors(conn, prefix, revision):
+    with (
+        _database_errors("downgrade"),
+        engine.begin() as conn,
+        _revision_errors(conn, prefix, revision),
+    ):
         lock_migrations(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
+
+
+#: SQLSTATEs a user causes with the DSN's role or search_path, and what to do about them.
+_DATABASE_FIXES = {
+    "42501": "run it as the owner of the tables, or a role granted CREATE on the schema",
+    "3F000": "the DSN's search_path names no existing schema: create the schema or fix "
+    "options=-csearch_path=...",
+}
+
+
+@contextmanager
+def _database_errors(command_name: str) -> Iterator[None]:
+    """PostgreSQL's refusals a user can fix (rights, search_path) as one-line
+    :class:`SchemaError`; the transaction was rolled back, so nothing changed."""
+    try:
+        yield
+    except sa.exc.DBAPIError as exc:
+        fix = _DATABASE_FIXES.get(str(getattr(exc.orig, "sqlstate", "")))
+        if fix is None:
+            raise
+        first = str(exc.orig).splitlines()[0]
+        raise SchemaError(
+            f"`mqstore db {command_name}` was refused by the database ({first}), "
+            f"nothing was changed: {fix}"
+        ) from None
 
 
 def known_revisions() -> list[str]:
@@ -364,7 +412,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
     """
     schema = build_schema(prefix)
     report = AdoptReport()
-    with engine.begin() as conn:
+    with _database_errors("adopt"), engine.begin() as conn:
         lock_migrations(conn, prefix)
         tables = _existing_tables(conn)
         if current_revision(conn, prefix) is not None:

@@ -1,0 +1,107 @@
+"""What `db upgrade` and `db adopt` say when the database refuses them or holds tables they
+did not make: one line that names the fix, and nothing changed."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from psycopg import sql
+from sqlalchemy.engine import Engine, make_url
+
+from mqstore import migrate
+from mqstore.db import create_engine, libpq_dsn
+from mqstore.errors import SchemaError
+from tests.conftest import Databases, count_rows, load_activemq_fixture
+
+_roles = itertools.count()
+
+
+def _tables(engine: Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names())
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "CREATE TABLE activemq_lock (id bigint PRIMARY KEY, time bigint, "
+        "broker_name varchar(250)); INSERT INTO activemq_lock (id) VALUES (1)",
+        "CREATE TABLE mqstore_history (x int)",
+    ],
+    ids=["activemq-lock-alone", "a-table-of-another-tool"],
+)
+def test_upgrade_refuses_tables_it_never_made_and_changes_nothing(
+    empty_engine: Engine, ddl: str
+) -> None:
+    with empty_engine.begin() as conn:
+        conn.exec_driver_sql(ddl)
+    before = _tables(empty_engine)
+    with pytest.raises(SchemaError, match=r"never migrated .* nothing was changed: drop"):
+        migrate.upgrade(empty_engine)
+    assert _tables(empty_engine) == before
+
+
+@pytest.fixture
+def role(databases: Databases, empty_dsn: str, empty_engine: Engine) -> Iterator[str]:
+    """A role without CREATE on the test database's schema, dropped afterwards."""
+    name = f"mqs_t{os.getpid()}_norights_{next(_roles)}"
+    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        empty_engine.dispose()
+        with psycopg.connect(libpq_dsn(empty_dsn), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def _as_role(empty_dsn: str, role: str) -> Engine:
+    """An engine on the test database whose sessions run as ``role``."""
+    url = make_url(empty_dsn).update_query_dict({"options": f"-crole={role}"})
+    return create_engine(url.render_as_string(hide_password=False))
+
+
+def test_upgrade_without_create_rights_says_so(empty_dsn: str, role: str) -> None:
+    engine = _as_role(empty_dsn, role)
+    try:
+        with pytest.raises(SchemaError, match=r"refused .*permission denied.*owner"):
+            migrate.upgrade(engine)
+        assert _tables(engine) == set()
+    finally:
+        engine.dispose()
+
+
+def test_adopt_by_the_brokers_role_says_who_may(
+    empty_dsn: str, empty_engine: Engine, role: str
+) -> None:
+    load_activemq_fixture(empty_engine)
+    with empty_engine.begin() as conn:  # what a broker's role holds: rows, not tables
+        conn.execute(
+            sa.text(
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+            )
+        )
+    engine = _as_role(empty_dsn, role)
+    try:
+        with pytest.raises(SchemaError, match=r"`mqstore db adopt` was refused .*owner of"):
+            migrate.adopt(engine)
+    finally:
+        engine.dispose()
+    assert _tables(empty_engine) == {"activemq_msgs", "activemq_acks", "activemq_lock"}
+    assert count_rows(empty_engine, "activemq_msgs") == 17
+
+
+def test_upgrade_with_a_search_path_of_no_schema_says_so(empty_dsn: str) -> None:
+    url = make_url(empty_dsn).update_query_dict({"options": "-csearch_path=nosuch"})
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        with pytest.raises(SchemaError, match="search_path names no existing schema"):
+            migrate.upgrade(engine)
+    finally:
+        engine.dispose()
