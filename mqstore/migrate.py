@@ -19,6 +19,8 @@ from sqlalchemy.engine import Connection, Engine
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
 from mqstore.schema import StoreSchema, build_schema, table_name, version_table_name
 
+_LOCK_NOT_AVAILABLE = "55P03"
+
 #: The revision whose DDL equals ActiveMQ 5.17's tables (plus mqstore's corrections).
 BASELINE_REVISION = "0001"
 
@@ -114,7 +116,28 @@ def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
         _revision_errors(conn, prefix, revision),
     ):
         lock_migrations(conn, prefix)
+        _refuse_under_row_lock(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
+
+
+def _refuse_under_row_lock(conn: Connection, prefix: str) -> None:
+    """Raise when a live broker holds the lock row in an open transaction (mqstore's
+    ``--lock row``, ActiveMQ's default locker): dropping its tables would either pull them
+    from under it or wait for it forever while blocking its every query. Otherwise keep the
+    row locked until the downgrade commits, so no broker starts meanwhile."""
+    lock = build_schema(prefix).lock
+    if lock.name not in _existing_tables(conn):
+        return
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.select(lock.c.id).with_for_update(nowait=True))
+    except sa.exc.OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+            raise
+        raise SchemaError(
+            f"{lock.name} is locked by a running broker (mqstore's --lock row or ActiveMQ's "
+            "database locker), nothing was changed: stop that broker first"
+        ) from None
 
 
 #: SQLSTATEs a user causes with the DSN's role or search_path, and what to do about them.

@@ -1,0 +1,63 @@
+"""`db downgrade` while a broker holds ACTIVEMQ_LOCK's row lock (mqstore's ``--lock row``,
+ActiveMQ's default database locker): refused before any table is dropped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from mqstore import migrate
+from mqstore.errors import SchemaError
+from tests.conftest import REPO
+
+ALL_TABLES = {
+    "activemq_msgs",
+    "activemq_acks",
+    "activemq_lock",
+    "mqstore_journal",
+    "mqstore_history",
+    "mqstore_version",
+}
+
+
+@pytest.fixture
+def row_lock_holder(engine: Engine) -> Iterator[Connection]:
+    """A session holding the lock row as a live master does: SELECT ... FOR UPDATE in a
+    transaction left open."""
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT * FROM activemq_lock WHERE id = 1 FOR UPDATE"))
+        yield conn
+        conn.rollback()
+
+
+def test_downgrade_refuses_while_a_broker_holds_the_row_lock(
+    engine: Engine, row_lock_holder: Connection
+) -> None:
+    with pytest.raises(SchemaError, match="locked by a running broker.*stop that broker"):
+        migrate.downgrade(engine, revision="0001")
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn) == migrate.head_revision()
+
+
+def test_cli_downgrade_refuses_it_even_with_force(
+    dsn: str, engine: Engine, row_lock_holder: Connection
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mqstore", "db", "downgrade", "0001", "--yes", "--force"]
+        + ["--dsn", dsn],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout
+    assert "locked by a running broker" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
