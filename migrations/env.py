@@ -24,6 +24,13 @@ def _prefix() -> str:
     prefix = config.attributes.get("table_prefix")
     if prefix is None:
         prefix = _x.get("prefix", os.environ.get("MQSTORE_TABLE_PREFIX", ""))
+    from mqstore.errors import ConfigError
+    from mqstore.schema import check_prefix
+
+    try:
+        check_prefix(str(prefix))
+    except ConfigError as exc:
+        sys.exit(str(exc))
     config.attributes["table_prefix"] = prefix
     return str(prefix)
 

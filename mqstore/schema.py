@@ -12,6 +12,7 @@ several prefixes can share one schema.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -28,8 +29,24 @@ from sqlalchemy import (
     text,
 )
 
+from mqstore.errors import ConfigError
+
 #: ActiveMQ's VARCHAR(250) for container names, ids and strings.
 NAME_LENGTH = 250
+
+#: A prefix ActiveMQ can use unquoted and whose longest name (``<prefix>mqstore_history_pkey``)
+#: stays within PostgreSQL's 63 characters, so no two names are cut to the same one.
+PREFIX_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,30}")
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if usable as a table prefix, else :class:`ConfigError` saying what is."""
+    if prefix and not PREFIX_PATTERN.fullmatch(prefix):
+        raise ConfigError(
+            f"table prefix {prefix!r} is not usable: it must start with a letter and hold only "
+            "letters, digits and '_' (at most 31 characters), e.g. BRK1_"
+        )
+    return prefix
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,7 @@ def version_table_name(prefix: str) -> str:
 @lru_cache(maxsize=16)
 def build_schema(prefix: str = "") -> StoreSchema:
     """Declare the tables for ``prefix`` (``""`` is ActiveMQ's default)."""
+    check_prefix(prefix)
     metadata = MetaData()
     msgs_name = table_name(prefix, "ACTIVEMQ_MSGS")
     acks_name = table_name(prefix, "ACTIVEMQ_ACKS")
@@ -175,4 +193,12 @@ def build_schema(prefix: str = "") -> StoreSchema:
     )
 
 
-__all__ = ["NAME_LENGTH", "StoreSchema", "build_schema", "table_name", "version_table_name"]
+__all__ = [
+    "NAME_LENGTH",
+    "PREFIX_PATTERN",
+    "StoreSchema",
+    "build_schema",
+    "check_prefix",
+    "table_name",
+    "version_table_name",
+]

@@ -38,7 +38,7 @@ def row_lock_holder(engine: Engine) -> Iterator[Connection]:
 def test_downgrade_refuses_while_a_broker_holds_the_row_lock(
     engine: Engine, row_lock_holder: Connection
 ) -> None:
-    with pytest.raises(SchemaError, match="locked by a running broker.*stop that broker"):
+    with pytest.raises(SchemaError, match=r"locked by a running broker.*stop that broker"):
         migrate.downgrade(engine, revision="0001")
     assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
     with engine.connect() as conn:
@@ -48,9 +48,9 @@ def test_downgrade_refuses_while_a_broker_holds_the_row_lock(
 def test_cli_downgrade_refuses_it_even_with_force(
     dsn: str, engine: Engine, row_lock_holder: Connection
 ) -> None:
+    args = ["db", "downgrade", "0001", "--yes", "--force", "--dsn", dsn]
     result = subprocess.run(
-        [sys.executable, "-m", "mqstore", "db", "downgrade", "0001", "--yes", "--force"]
-        + ["--dsn", dsn],
+        [sys.executable, "-m", "mqstore", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

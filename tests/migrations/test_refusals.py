@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import psycopg
@@ -15,8 +17,8 @@ from sqlalchemy.engine import Engine, make_url
 
 from mqstore import migrate
 from mqstore.db import create_engine, libpq_dsn
-from mqstore.errors import SchemaError
-from tests.conftest import Databases, count_rows, load_activemq_fixture
+from mqstore.errors import ConfigError, SchemaError
+from tests.conftest import REPO, Databases, count_rows, load_activemq_fixture
 
 _roles = itertools.count()
 
@@ -105,3 +107,35 @@ def test_upgrade_with_a_search_path_of_no_schema_says_so(empty_dsn: str) -> None
             migrate.upgrade(engine)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ['BRK"1_', "BRK 1_", "1BRK_", "B" * 50 + "_"],
+    ids=["quote", "space", "digit-first", "over-63-with-table-names"],
+)
+def test_alembic_cli_refuses_an_unusable_prefix_in_one_line(empty_dsn: str, prefix: str) -> None:
+    args = ["-x", f"dsn={empty_dsn}", "-x", f"prefix={prefix}", "upgrade", "head"]
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "must start with a letter" in result.stderr.strip().splitlines()[-1]
+    engine = create_engine(empty_dsn)
+    try:
+        assert _tables(engine) == set()
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_refuses_an_unusable_prefix(empty_engine: Engine) -> None:
+    with pytest.raises(ConfigError, match="at most 31 characters"):
+        migrate.upgrade(empty_engine, prefix="B" * 50 + "_")
+    assert _tables(empty_engine) == set()
