@@ -61,12 +61,24 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
-def _run(connection: Connection) -> None:
-    from mqstore.migrate import lock_migrations
+def _alembic_command() -> str:
+    """The alembic CLI command being run (``upgrade``, ``stamp``, ...), or ``""``."""
+    cmd = getattr(config.cmd_opts, "cmd", None)
+    return str(getattr(cmd[0], "__name__", "")) if cmd else ""
+
+
+def _run(connection: Connection, *, from_cli: bool) -> None:
+    from mqstore.errors import SchemaError
+    from mqstore.migrate import lock_migrations, refuse_unmanaged_tables
 
     _configure(connection=connection)
     with context.begin_transaction():
         lock_migrations(connection, _prefix())  # another migration of the prefix goes first
+        if from_cli and _alembic_command() == "upgrade":  # `mqstore db upgrade` checks itself
+            try:
+                refuse_unmanaged_tables(connection, _prefix())
+            except SchemaError as exc:
+                sys.exit(str(exc))
         context.run_migrations()
 
 
@@ -74,11 +86,11 @@ def run_migrations_online() -> None:
     """Migrate on the caller's connection, or on a fresh engine from the DSN."""
     shared = config.attributes.get("connection")
     if shared is not None:
-        _run(shared)
+        _run(shared, from_cli=False)
         return
     engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
-        _run(connection)
+        _run(connection, from_cli=True)
     engine.dispose()
 
 

@@ -78,17 +78,17 @@ def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
     """Migrate to ``revision``; refuses (with the fix) on tables mqstore never managed."""
     with _database_errors("upgrade"), engine.begin() as conn:
         lock_migrations(conn, prefix)
-        _refuse_unmanaged_tables(conn, prefix)
+        refuse_unmanaged_tables(conn, prefix)
         with _revision_errors(conn, prefix, revision):
             command.upgrade(alembic_config(prefix, conn), revision)
 
 
-def _refuse_unmanaged_tables(conn: Connection, prefix: str) -> None:
-    """Raise when tables of ``prefix`` exist but mqstore never migrated them (creating them
-    again would fail half-way)."""
+def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
+    """Raise when tables of ``prefix`` exist but the database is at no mqstore revision
+    (never migrated, or downgraded to base since): creating them again would fail."""
     schema = build_schema(prefix)
     tables = _existing_tables(conn)
-    if schema.version_table in tables:
+    if schema.version_table in tables and current_revision(conn, prefix) is not None:
         return
     if schema.msgs.name in tables:
         raise SchemaError(
@@ -145,6 +145,9 @@ _DATABASE_FIXES = {
     "42501": "run it as the owner of the tables, or a role granted CREATE on the schema",
     "3F000": "the DSN's search_path names no existing schema: create the schema or fix "
     "options=-csearch_path=...",
+    "42P07": "mqstore did not make that table or index: drop or rename it, or use another "
+    "--table-prefix",
+    "42710": "mqstore did not make that object: drop or rename it, or use another --table-prefix",
 }
 
 

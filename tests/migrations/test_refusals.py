@@ -139,3 +139,48 @@ def test_upgrade_refuses_an_unusable_prefix(empty_engine: Engine) -> None:
     with pytest.raises(ConfigError, match="at most 31 characters"):
         migrate.upgrade(empty_engine, prefix="B" * 50 + "_")
     assert _tables(empty_engine) == set()
+
+
+def test_upgrade_after_downgrade_to_base_refuses_tables_activemq_made_since(
+    empty_engine: Engine,
+) -> None:
+    migrate.upgrade(empty_engine)
+    migrate.downgrade(empty_engine)  # keeps an empty version table
+    load_activemq_fixture(empty_engine)  # an ActiveMQ broker started on the database meanwhile
+    with pytest.raises(SchemaError, match="run `mqstore db adopt` first"):
+        migrate.upgrade(empty_engine)
+    assert count_rows(empty_engine, "activemq_msgs") == 17
+    migrate.adopt(empty_engine)
+    assert migrate.check(empty_engine) == []
+
+
+def test_upgrade_refuses_a_stray_table_of_a_later_revision(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine, revision="0001")
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE mqstore_journal (x int)"))
+    with pytest.raises(SchemaError, match=r"already exists.*nothing was changed: mqstore did"):
+        migrate.upgrade(empty_engine)
+    with empty_engine.connect() as conn:
+        assert migrate.current_revision(conn) == "0001"
+
+
+def test_alembic_cli_upgrade_refuses_activemq_tables_in_one_line(empty_dsn: str) -> None:
+    engine = create_engine(empty_dsn)
+    try:
+        load_activemq_fixture(engine)
+        args = ["-x", f"dsn={empty_dsn}", "upgrade", "head"]
+        result = subprocess.run(
+            [sys.executable, "-m", "alembic", *args],
+            cwd=REPO,
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode != 0
+        assert "Traceback" not in result.stderr
+        assert "`mqstore db adopt`" in result.stderr.strip().splitlines()[-1]
+        assert _tables(engine) == {"activemq_msgs", "activemq_acks", "activemq_lock"}
+    finally:
+        engine.dispose()
