@@ -51,10 +51,43 @@ def head_revision() -> str:
 
 def current_revision(conn: Connection, prefix: str = "") -> str | None:
     """The revision the database is at for ``prefix``, or None when mqstore never migrated it."""
-    ctx = MigrationContext.configure(
-        conn, opts={"version_table": build_schema(prefix).version_table}
-    )
+    version_table = build_schema(prefix).version_table
+    _require_privileges(conn, {version_table: ("SELECT",)})
+    ctx = MigrationContext.configure(conn, opts={"version_table": version_table})
     return ctx.get_current_revision()
+
+
+#: What a broker's database role needs on each of the prefix's tables.
+BROKER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def _require_privileges(conn: Connection, wanted: dict[str, tuple[str, ...]]) -> None:
+    """Raise :class:`SchemaError` naming the GRANT to run when the session's role lacks a
+    privilege on one of the existing tables in ``wanted`` (tables that adopt or upgrade
+    created are not covered by grants made before them)."""
+    names = [name for name, privileges in wanted.items() for _ in privileges]
+    privileges = [privilege for each in wanted.values() for privilege in each]
+    rows = conn.execute(
+        sa.text(
+            "SELECT w.name, w.privilege, current_user, current_schema() "
+            "FROM unnest(CAST(:names AS text[]), CAST(:privileges AS text[])) "
+            "AS w(name, privilege) "
+            "WHERE to_regclass(quote_ident(w.name)) IS NOT NULL "
+            "AND NOT has_table_privilege(to_regclass(quote_ident(w.name)), w.privilege)"
+        ),
+        {"names": names, "privileges": privileges},
+    ).all()
+    if not rows:
+        return
+    lacking: dict[str, list[str]] = {}
+    for name, privilege, _, _ in rows:
+        lacking.setdefault(name, []).append(privilege)
+    user, schema = rows[0][2], rows[0][3]
+    listed = "; ".join(f"{', '.join(p)} on {name}" for name, p in lacking.items())
+    raise SchemaError(
+        f"the database role {user} lacks {listed}: as the tables' owner run GRANT "
+        f"{', '.join(BROKER_PRIVILEGES)} ON ALL TABLES IN SCHEMA {schema} TO {user}"
+    )
 
 
 def _existing_tables(conn: Connection) -> set[str]:
@@ -194,9 +227,13 @@ def _revision_errors(conn: Connection, prefix: str, target: str) -> Iterator[Non
 
 
 def require_head(conn: Connection, prefix: str = "") -> None:
-    """Raise :class:`SchemaVersionError` unless the database is at this mqstore's head."""
+    """Raise :class:`SchemaVersionError` unless the database is at this mqstore's head, and
+    :class:`SchemaError` unless the session's role may read and write every table."""
     current, head = current_revision(conn, prefix), head_revision()
     if current == head:
+        schema = build_schema(prefix)
+        tables = (schema.msgs, schema.acks, schema.lock, schema.journal, schema.history)
+        _require_privileges(conn, {table.name: BROKER_PRIVILEGES for table in tables})
         return
     if current is None:
         raise SchemaVersionError(

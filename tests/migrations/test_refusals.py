@@ -184,3 +184,31 @@ def test_alembic_cli_upgrade_refuses_activemq_tables_in_one_line(empty_dsn: str)
         assert _tables(engine) == {"activemq_msgs", "activemq_acks", "activemq_lock"}
     finally:
         engine.dispose()
+
+
+def test_a_brokers_role_granted_before_adopt_is_told_the_grant_it_lacks(
+    empty_dsn: str, empty_engine: Engine, role: str
+) -> None:
+    load_activemq_fixture(empty_engine)
+    grant = f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+    with empty_engine.begin() as conn:  # as for ActiveMQ: the broker's role may use its tables
+        conn.execute(sa.text(grant))
+    migrate.adopt(empty_engine)  # by the owner: mqstore's tables come after the grant
+    engine = _as_role(empty_dsn, role)
+    try:
+        with engine.connect() as conn, pytest.raises(SchemaError) as refused:
+            migrate.require_head(conn)
+        assert str(refused.value) == (
+            f"the database role {role} lacks SELECT on mqstore_version: as the tables' owner "
+            f"run {grant}"
+        )
+        with empty_engine.begin() as conn:
+            conn.execute(sa.text(f"GRANT SELECT ON mqstore_version TO {role}"))
+        with engine.connect() as conn, pytest.raises(SchemaError, match="on mqstore_journal"):
+            migrate.require_head(conn)
+        with empty_engine.begin() as conn:
+            conn.execute(sa.text(grant))
+        with engine.connect() as conn:
+            migrate.require_head(conn)
+    finally:
+        engine.dispose()
