@@ -69,14 +69,16 @@ def _alembic_command() -> str:
 
 def _run(connection: Connection, *, from_cli: bool) -> None:
     from mqstore.errors import SchemaError
-    from mqstore.migrate import lock_migrations, refuse_unmanaged_tables
+    from mqstore.migrate import lock_migrations, refuse_under_row_lock, refuse_unmanaged_tables
 
+    checks = {"upgrade": refuse_unmanaged_tables, "downgrade": refuse_under_row_lock}
     _configure(connection=connection)
     with context.begin_transaction():
         lock_migrations(connection, _prefix())  # another migration of the prefix goes first
-        if from_cli and _alembic_command() == "upgrade":  # `mqstore db upgrade` checks itself
+        check = checks.get(_alembic_command()) if from_cli else None  # mqstore's run their own
+        if check is not None:
             try:
-                refuse_unmanaged_tables(connection, _prefix())
+                check(connection, _prefix())
             except SchemaError as exc:
                 sys.exit(str(exc))
         context.run_migrations()

@@ -150,11 +150,11 @@ def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
         _revision_errors(conn, prefix, revision),
     ):
         lock_migrations(conn, prefix)
-        _refuse_under_row_lock(conn, prefix)
+        refuse_under_row_lock(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
 
 
-def _refuse_under_row_lock(conn: Connection, prefix: str) -> None:
+def refuse_under_row_lock(conn: Connection, prefix: str = "") -> None:
     """Raise when a live broker holds the lock row in an open transaction (mqstore's
     ``--lock row``, ActiveMQ's default locker): dropping its tables would either pull them
     from under it or wait for it forever while blocking its every query. Otherwise keep the

@@ -61,3 +61,21 @@ def test_cli_downgrade_refuses_it_even_with_force(
     assert "locked by a running broker" in result.stderr
     assert "Traceback" not in result.stderr
     assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+
+
+def test_alembic_cli_downgrade_refuses_it_too(
+    dsn: str, engine: Engine, row_lock_holder: Connection
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "-x", f"dsn={dsn}", "downgrade", "0001"],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "locked by a running broker" in result.stderr.strip().splitlines()[-1]
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
