@@ -137,7 +137,17 @@ def db_upgrade(
         settings = _settings(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
             migrate.upgrade(database.engine, settings.table_prefix, revision)
-        console.print(f"database upgraded to {revision}")
+            with database.engine.connect() as conn:
+                current = migrate.current_revision(conn, settings.table_prefix)
+        if current != revision and revision in (*migrate.known_revisions(), "base"):
+            console.print(  # alembic does nothing when asked to go back, and says nothing
+                f"database is at revision {current}, past {revision}: `mqstore db upgrade` "
+                f"never goes back (`mqstore db downgrade {revision}` does)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        else:
+            console.print(f"database upgraded to revision {current}", highlight=False)
         _status_table(settings)
 
     _run(body)
