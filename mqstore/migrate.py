@@ -384,6 +384,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
                 "for an empty database run `mqstore db upgrade`, or pass the broker's "
                 "--table-prefix"
             )
+        _refuse_acks_lost_to_another_prefix(conn, schema, tables)
         problems = _verify_activemq_tables(conn, prefix)
         if problems:
             raise NotActiveMQSchemaError(
@@ -409,6 +410,31 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
             count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
             report.rows[table.name] = int(count)
     return report
+
+
+def _refuse_acks_lost_to_another_prefix(
+    conn: Connection, schema: StoreSchema, tables: set[str]
+) -> None:
+    """ActiveMQ names the ACKS key PK_ACTIVEMQ_ACKS whatever the prefix, so a second prefix's
+    CREATE TABLE of ACKS fails in a schema that has one: say how to get that table made."""
+    if schema.acks.name in tables or schema.msgs.name not in tables:
+        return
+    owner = conn.execute(
+        sa.text(
+            "SELECT i.indrelid::regclass::text FROM pg_index i "
+            "WHERE i.indexrelid = to_regclass('pk_activemq_acks')"
+        )
+    ).scalar()
+    if owner is None:
+        return
+    other = owner.removesuffix("activemq_acks")
+    first = "`mqstore db adopt" + (f" --table-prefix {other.upper()}" if other else "") + "`"
+    raise NotActiveMQSchemaError(
+        f"table {schema.acks.name} is missing, nothing was changed: ActiveMQ could not create "
+        f"it because {owner}'s key already holds the name pk_activemq_acks (ActiveMQ leaves "
+        f"the prefix out of it). Run {first} first (it renames that key), restart this "
+        "prefix's ActiveMQ broker so it creates its ACKS table, then adopt again"
+    )
 
 
 def _fix_acks_key(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:

@@ -212,3 +212,38 @@ def test_a_brokers_role_granted_before_adopt_is_told_the_grant_it_lacks(
             migrate.require_head(conn)
     finally:
         engine.dispose()
+
+
+def test_adopt_of_a_prefix_whose_acks_activemq_could_not_create_says_how(
+    empty_engine: Engine,
+) -> None:
+    load_activemq_fixture(empty_engine)  # its ACKS key is pk_activemq_acks
+    with empty_engine.begin() as conn:  # what a second ActiveMQ, tablePrefix BRK2_, gets
+        for table in ("msgs", "lock"):
+            conn.execute(
+                sa.text(
+                    f"CREATE TABLE brk2_activemq_{table} (LIKE activemq_{table}, PRIMARY KEY (id))"
+                )
+            )
+        conn.execute(sa.text("INSERT INTO brk2_activemq_lock (id) VALUES (1)"))
+    with pytest.raises(SchemaError) as refused:
+        migrate.adopt(empty_engine, "BRK2_")
+    assert str(refused.value).startswith(
+        "table brk2_activemq_acks is missing, nothing was changed: ActiveMQ could not create "
+        "it because activemq_acks's key already holds the name pk_activemq_acks"
+    )
+    assert "Run `mqstore db adopt` first" in str(refused.value)
+    assert "brk2_mqstore_version" not in _tables(empty_engine)
+    migrate.adopt(empty_engine)  # then what the message says frees the name
+    with empty_engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE brk2_activemq_acks (container varchar(250) NOT NULL, "
+                "sub_dest varchar(250), client_id varchar(250) NOT NULL, "
+                "sub_name varchar(250) NOT NULL, selector varchar(250), last_acked_id bigint, "
+                "priority bigint DEFAULT 5 NOT NULL, xid varchar(250), "
+                "CONSTRAINT pk_activemq_acks PRIMARY KEY (container, client_id, sub_name))"
+            )
+        )
+    migrate.adopt(empty_engine, "BRK2_")
+    assert migrate.check(empty_engine, "BRK2_") == []
