@@ -70,7 +70,7 @@ def _require_privileges(conn: Connection, wanted: dict[str, tuple[str, ...]]) ->
     privileges = [privilege for each in wanted.values() for privilege in each]
     rows = conn.execute(
         sa.text(
-            "SELECT w.name, w.privilege, current_user, current_schema() "
+            "SELECT w.name, w.privilege, quote_ident(current_user), quote_ident(current_schema()) "
             "FROM unnest(CAST(:names AS text[]), CAST(:privileges AS text[])) "
             "AS w(name, privilege) "
             "WHERE to_regclass(quote_ident(w.name)) IS NOT NULL "

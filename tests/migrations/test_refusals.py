@@ -50,7 +50,7 @@ def test_upgrade_refuses_tables_it_never_made_and_changes_nothing(
 @pytest.fixture
 def role(databases: Databases, empty_dsn: str, empty_engine: Engine) -> Iterator[str]:
     """A role without CREATE on the test database's schema, dropped afterwards."""
-    name = f"mqs_t{os.getpid()}_norights_{next(_roles)}"
+    name = f"mqs_t{os.getpid()}_NoRights_{next(_roles)}"  # mixed case: quoted in SQL
     with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
     try:
@@ -86,7 +86,7 @@ def test_adopt_by_the_brokers_role_says_who_may(
     with empty_engine.begin() as conn:  # what a broker's role holds: rows, not tables
         conn.execute(
             sa.text(
-                f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+                f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"'
             )
         )
     engine = _as_role(empty_dsn, role)
@@ -190,7 +190,7 @@ def test_a_brokers_role_granted_before_adopt_is_told_the_grant_it_lacks(
     empty_dsn: str, empty_engine: Engine, role: str
 ) -> None:
     load_activemq_fixture(empty_engine)
-    grant = f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+    grant = f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"'
     with empty_engine.begin() as conn:  # as for ActiveMQ: the broker's role may use its tables
         conn.execute(sa.text(grant))
     migrate.adopt(empty_engine)  # by the owner: mqstore's tables come after the grant
@@ -199,11 +199,11 @@ def test_a_brokers_role_granted_before_adopt_is_told_the_grant_it_lacks(
         with engine.connect() as conn, pytest.raises(SchemaError) as refused:
             migrate.require_head(conn)
         assert str(refused.value) == (
-            f"the database role {role} lacks SELECT on mqstore_version: as the tables' owner "
+            f'the database role "{role}" lacks SELECT on mqstore_version: as the tables\' owner '
             f"run {grant}"
         )
         with empty_engine.begin() as conn:
-            conn.execute(sa.text(f"GRANT SELECT ON mqstore_version TO {role}"))
+            conn.execute(sa.text(f'GRANT SELECT ON mqstore_version TO "{role}"'))
         with engine.connect() as conn, pytest.raises(SchemaError, match="on mqstore_journal"):
             migrate.require_head(conn)
         with empty_engine.begin() as conn:
