@@ -237,9 +237,11 @@ def require_head(conn: Connection, prefix: str = "") -> None:
         _require_privileges(conn, {table.name: BROKER_PRIVILEGES for table in tables})
         return
     if current is None:
+        where = conn.execute(sa.text("SELECT current_schema()")).scalar()
         raise SchemaVersionError(
-            f"database has no mqstore schema for prefix {prefix!r}: run `mqstore db upgrade` "
-            "(or `mqstore db adopt` if ActiveMQ created the tables)"
+            f"database has no mqstore schema for prefix {prefix!r} in schema {where}: run "
+            "`mqstore db upgrade` (or `mqstore db adopt` if ActiveMQ created the tables), or "
+            "give the --table-prefix or search_path (options=-csearch_path=...) they are under"
         )
     if current not in known_revisions():
         raise SchemaVersionError(
@@ -379,10 +381,12 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
             )
         present = [t for t in schema.activemq_tables if t in tables]
         if not present:
+            where = conn.execute(sa.text("SELECT current_schema()")).scalar()
             raise NotActiveMQSchemaError(
-                f"no ActiveMQ tables found (looked for {', '.join(schema.activemq_tables)}); "
-                "for an empty database run `mqstore db upgrade`, or pass the broker's "
-                "--table-prefix"
+                f"no ActiveMQ tables found (looked for {', '.join(schema.activemq_tables)} "
+                f"in schema {where}, the first of the DSN's search_path); for an empty "
+                "database run `mqstore db upgrade`, or pass the broker's --table-prefix, or "
+                "the schema ActiveMQ uses (options=-csearch_path=...)"
             )
         _refuse_acks_lost_to_another_prefix(conn, schema, tables)
         problems = _verify_activemq_tables(conn, prefix)

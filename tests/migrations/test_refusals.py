@@ -247,3 +247,29 @@ def test_adopt_of_a_prefix_whose_acks_activemq_could_not_create_says_how(
         )
     migrate.adopt(empty_engine, "BRK2_")
     assert migrate.check(empty_engine, "BRK2_") == []
+
+
+def test_adopt_names_the_schema_it_looked_in(empty_dsn: str, empty_engine: Engine) -> None:
+    load_activemq_fixture(empty_engine)  # in public, where ActiveMQ's default JDBC URL puts it
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("CREATE SCHEMA amq"))
+    url = make_url(empty_dsn).update_query_dict({"options": "-csearch_path=amq"})
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        with pytest.raises(SchemaError, match="in schema amq, the first of the DSN's search_path"):
+            migrate.adopt(engine)
+    finally:
+        engine.dispose()
+    assert count_rows(empty_engine, "activemq_msgs") == 17
+
+
+def test_a_store_start_on_the_wrong_schema_names_it(dsn: str, engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE SCHEMA amq"))
+    url = make_url(dsn).update_query_dict({"options": "-csearch_path=amq"})
+    elsewhere = create_engine(url.render_as_string(hide_password=False))
+    try:
+        with elsewhere.connect() as conn, pytest.raises(SchemaError, match="in schema amq: run"):
+            migrate.require_head(conn)
+    finally:
+        elsewhere.dispose()
