@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqstore import migrate
-from mqstore.errors import ConfigError, MqstoreError
+from mqstore.errors import ConfigError, MqstoreError, SchemaError
 from mqstore.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -119,7 +119,16 @@ def _status_table(settings: Settings) -> None:
         console.print(table)
         with database.engine.connect() as conn:
             revision = migrate.current_revision(conn, settings.table_prefix)
-        console.print(f"schema revision: {revision} (head {migrate.head_revision()})")
+            try:
+                migrate.require_head(conn, settings.table_prefix)
+                advice = ""
+            except SchemaError as exc:  # behind, ahead, missing: what to do about it
+                advice = f": {exc}"
+        console.print(
+            f"schema revision: {revision} (head {migrate.head_revision()}){advice}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @db_app.command("upgrade")

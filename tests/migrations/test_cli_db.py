@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from mqstore import migrate
 from tests.conftest import REPO
 
 
@@ -33,3 +37,22 @@ def test_upgrade_names_the_revision_it_reached(empty_dsn: str) -> None:
     assert result.stdout.splitlines()[0] == "database upgraded to revision 0001"
     result = mqstore("db", "upgrade", "--dsn", empty_dsn)
     assert result.stdout.splitlines()[0] == "database upgraded to revision 0002"
+
+
+def test_status_of_a_database_newer_than_this_mqstore_says_what_to_do(
+    dsn: str, engine: Engine
+) -> None:
+    with engine.begin() as conn:  # as a newer mqstore leaves it
+        conn.execute(sa.text("UPDATE mqstore_version SET version_num = '0099'"))
+    result = mqstore("db", "status", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "schema revision: 0099 (head 0002): database schema is at revision 0099, newer than "
+        "this mqstore knows (head 0002): upgrade mqstore"
+    )
+    for command in ("check", "upgrade"):
+        refused = mqstore("db", command, "--dsn", dsn)
+        assert refused.returncode != 0
+        assert "newer than this mqstore knows (head 0002): upgrade mqstore" in refused.stderr
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn) == "0099"
