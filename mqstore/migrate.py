@@ -150,6 +150,12 @@ def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
         _revision_errors(conn, prefix, revision),
     ):
         lock_migrations(conn, prefix)
+        if current_revision(conn, prefix) is None:  # alembic would make a version table
+            where = conn.execute(sa.text("SELECT current_schema()")).scalar()
+            raise SchemaVersionError(
+                f"nothing to downgrade: there is no mqstore schema for prefix {prefix!r} in "
+                f"schema {where}; check --table-prefix (and the DSN's search_path)"
+            )
         refuse_under_row_lock(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
 

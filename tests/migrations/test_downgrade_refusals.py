@@ -1,5 +1,6 @@
-"""`db downgrade` while a broker holds ACTIVEMQ_LOCK's row lock (mqstore's ``--lock row``,
-ActiveMQ's default database locker): refused before any table is dropped."""
+"""`db downgrade` refusals, before any table is dropped or made: while a broker holds
+ACTIVEMQ_LOCK's row lock (mqstore's ``--lock row``, ActiveMQ's default database locker), and
+for a prefix that has no schema."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from mqstore import migrate
-from mqstore.errors import SchemaError
+from mqstore.errors import SchemaError, SchemaVersionError
 from tests.conftest import REPO
 
 ALL_TABLES = {
@@ -78,4 +79,10 @@ def test_alembic_cli_downgrade_refuses_it_too(
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "locked by a running broker" in result.stderr.strip().splitlines()[-1]
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+
+
+def test_downgrade_of_a_prefix_with_no_schema_says_so_and_creates_nothing(engine: Engine) -> None:
+    with pytest.raises(SchemaVersionError, match=r"nothing to downgrade: .* prefix 'NOPE_'"):
+        migrate.downgrade(engine, "NOPE_")
     assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
