@@ -211,3 +211,16 @@ def test_check_reports_a_history_id_that_lost_its_identity(empty_engine: Engine)
     with empty_engine.begin() as conn:
         conn.execute(sa.text("ALTER TABLE mqstore_history ALTER hist_id DROP IDENTITY"))
     assert "mqstore_history.hist_id should be an identity column" in migrate.check(empty_engine)
+
+
+@pytest.mark.parametrize("prefix", ["Brk1_", "x", "A" * 30 + "_"], ids=["mixed-case", "one", "max"])
+def test_every_usable_prefix_migrates_from_zero_to_the_declared_schema(
+    empty_engine: Engine, prefix: str
+) -> None:
+    migrate.upgrade(empty_engine, prefix)
+    assert migrate.check(empty_engine, prefix) == []
+    assert migrate.check(empty_engine, prefix.upper()) == []  # ActiveMQ folds names: one set
+    names = {t.lower() for t in build_schema(prefix).metadata.tables}
+    assert names <= set(sa.inspect(empty_engine).get_table_names())
+    migrate.downgrade(empty_engine, prefix)
+    assert not names & set(sa.inspect(empty_engine).get_table_names())
