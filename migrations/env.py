@@ -69,9 +69,9 @@ def _alembic_command() -> str:
 
 def _run(connection: Connection, *, from_cli: bool) -> None:
     from mqstore.errors import SchemaError
-    from mqstore.migrate import lock_migrations, refuse_under_row_lock, refuse_unmanaged_tables
+    from mqstore.migrate import lock_migrations, refuse_downgrade, refuse_unmanaged_tables
 
-    checks = {"upgrade": refuse_unmanaged_tables, "downgrade": refuse_under_row_lock}
+    checks = {"upgrade": refuse_unmanaged_tables, "downgrade": refuse_downgrade}
     _configure(connection=connection)
     with context.begin_transaction():
         lock_migrations(connection, _prefix())  # another migration of the prefix goes first

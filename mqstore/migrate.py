@@ -150,21 +150,22 @@ def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
         _revision_errors(conn, prefix, revision),
     ):
         lock_migrations(conn, prefix)
-        if current_revision(conn, prefix) is None:  # alembic would make a version table
-            where = conn.execute(sa.text("SELECT current_schema()")).scalar()
-            raise SchemaVersionError(
-                f"nothing to downgrade: there is no mqstore schema for prefix {prefix!r} in "
-                f"schema {where}; check --table-prefix (and the DSN's search_path)"
-            )
-        refuse_under_row_lock(conn, prefix)
+        refuse_downgrade(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
 
 
-def refuse_under_row_lock(conn: Connection, prefix: str = "") -> None:
-    """Raise when a live broker holds the lock row in an open transaction (mqstore's
-    ``--lock row``, ActiveMQ's default locker): dropping its tables would either pull them
-    from under it or wait for it forever while blocking its every query. Otherwise keep the
-    row locked until the downgrade commits, so no broker starts meanwhile."""
+def refuse_downgrade(conn: Connection, prefix: str = "") -> None:
+    """Raise when there is nothing to downgrade (alembic would make an empty version table)
+    or a live broker holds the lock row in an open transaction (mqstore's ``--lock row``,
+    ActiveMQ's default locker): dropping its tables would either pull them from under it or
+    wait for it forever while blocking its every query. Otherwise keep the row locked until
+    the downgrade commits, so no broker starts meanwhile."""
+    if current_revision(conn, prefix) is None:
+        where = conn.execute(sa.text("SELECT current_schema()")).scalar()
+        raise SchemaVersionError(
+            f"nothing to downgrade: there is no mqstore schema for prefix {prefix!r} in "
+            f"schema {where}; check --table-prefix (and the DSN's search_path)"
+        )
     lock = build_schema(prefix).lock
     if lock.name not in _existing_tables(conn):
         return

@@ -86,3 +86,30 @@ def test_downgrade_of_a_prefix_with_no_schema_says_so_and_creates_nothing(engine
     with pytest.raises(SchemaVersionError, match=r"nothing to downgrade: .* prefix 'NOPE_'"):
         migrate.downgrade(engine, "NOPE_")
     assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+
+
+def test_alembic_cli_downgrade_of_a_prefix_with_no_schema_creates_nothing(
+    dsn: str, engine: Engine
+) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "alembic",
+            "-x",
+            f"dsn={dsn}",
+            "-x",
+            "prefix=NOPE_",
+            "downgrade",
+            "base",
+        ],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "nothing to downgrade" in result.stderr.strip().splitlines()[-1]
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
