@@ -181,11 +181,13 @@ def refuse_downgrade(conn: Connection, prefix: str = "") -> None:
         ) from None
 
 
-#: SQLSTATEs a user causes with the DSN's role or search_path, and what to do about them.
+#: SQLSTATEs a user causes with the DSN (its role, search_path, server), and what to do.
 _DATABASE_FIXES = {
     "42501": "run it as the owner of the tables, or a role granted CREATE on the schema",
     "3F000": "the DSN's search_path names no existing schema: create the schema or fix "
     "options=-csearch_path=...",
+    "25006": "the database is read-only (a standby, or default_transaction_read_only): "
+    "point the DSN at the primary",
     "42P07": "mqstore did not make that table or index: drop or rename it, or use another "
     "--table-prefix",
     "42710": "mqstore did not make that object: drop or rename it, or use another --table-prefix",
@@ -194,7 +196,7 @@ _DATABASE_FIXES = {
 
 @contextmanager
 def _database_errors(command_name: str) -> Iterator[None]:
-    """PostgreSQL's refusals a user can fix (rights, search_path) as one-line
+    """PostgreSQL's refusals a user can fix (rights, search_path, a standby) as one-line
     :class:`SchemaError`; the transaction was rolled back, so nothing changed."""
     try:
         yield

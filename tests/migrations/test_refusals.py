@@ -273,3 +273,16 @@ def test_a_store_start_on_the_wrong_schema_names_it(dsn: str, engine: Engine) ->
             migrate.require_head(conn)
     finally:
         elsewhere.dispose()
+
+
+def test_upgrade_on_a_read_only_database_says_so(empty_dsn: str) -> None:
+    url = make_url(empty_dsn).update_query_dict(
+        {"options": "-cdefault_transaction_read_only=on"}  # as on a hot standby
+    )
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        with pytest.raises(SchemaError, match=r"read-only .* point the DSN at the primary"):
+            migrate.upgrade(engine)
+        assert _tables(engine) == set()
+    finally:
+        engine.dispose()
