@@ -188,6 +188,10 @@ _DATABASE_FIXES = {
     "options=-csearch_path=...",
     "25006": "the database is read-only (a standby, or default_transaction_read_only): "
     "point the DSN at the primary",
+    "55P03": "another session holds a lock on a table it needs (a running broker?): stop it, "
+    "or retry when it is idle",
+    "57014": "a statement ran past the role's statement_timeout (adopt indexes every row): "
+    "run it with a longer one, e.g. options=-cstatement_timeout=0 in the DSN",
     "42P07": "mqstore did not make that table or index: drop or rename it, or use another "
     "--table-prefix",
     "42710": "mqstore did not make that object: drop or rename it, or use another --table-prefix",

@@ -286,3 +286,31 @@ def test_upgrade_on_a_read_only_database_says_so(empty_dsn: str) -> None:
         assert _tables(engine) == set()
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ("lock_timeout=200", "lock timeout.* another session holds a lock"),
+        ("statement_timeout=200", "statement timeout.* longer one"),
+    ],
+    ids=["lock_timeout", "statement_timeout"],
+)
+def test_adopt_past_a_timeout_of_the_role_says_which_and_changes_nothing(
+    empty_dsn: str, empty_engine: Engine, setting: str, words: str
+) -> None:
+    load_activemq_fixture(empty_engine)
+    url = make_url(empty_dsn).update_query_dict({"options": f"-c{setting}"})
+    engine = create_engine(url.render_as_string(hide_password=False))
+    try:
+        with empty_engine.connect() as holder:  # a session in the middle of using ACKS
+            holder.execute(sa.text("LOCK TABLE activemq_acks IN ACCESS SHARE MODE"))
+            with pytest.raises(SchemaError, match=words):
+                migrate.adopt(engine)
+            holder.rollback()
+    finally:
+        engine.dispose()
+    assert _tables(empty_engine) == {"activemq_msgs", "activemq_acks", "activemq_lock"}
+    with empty_engine.connect() as conn:
+        pk = sa.inspect(conn).get_pk_constraint("activemq_acks")
+    assert pk["name"] == "pk_activemq_acks"
