@@ -69,7 +69,8 @@ def _alembic_command() -> str:
 
 def _run(connection: Connection, *, from_cli: bool) -> None:
     from mqstore.errors import SchemaError
-    from mqstore.migrate import lock_migrations, refuse_downgrade, refuse_unmanaged_tables
+    from mqstore.migrate import refuse_downgrade, refuse_unmanaged_tables
+    from mqstore.migration_guards import lock_migrations
 
     checks = {"upgrade": refuse_unmanaged_tables, "downgrade": refuse_downgrade}
     _configure(connection=connection)

@@ -18,9 +18,14 @@ from sqlalchemy.engine import Connection, Engine
 
 from mqstore.drift import schema_differences, type_name
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
-from mqstore.schema import StoreSchema, build_schema, table_name, version_table_name
-
-_LOCK_NOT_AVAILABLE = "55P03"
+from mqstore.migration_guards import (
+    BROKER_PRIVILEGES,
+    database_errors,
+    lock_migrations,
+    refuse_row_locked,
+    require_privileges,
+)
+from mqstore.schema import StoreSchema, build_schema, table_name
 
 #: The revision whose DDL equals ActiveMQ 5.17's tables (plus mqstore's corrections).
 BASELINE_REVISION = "0001"
@@ -53,64 +58,18 @@ def head_revision() -> str:
 def current_revision(conn: Connection, prefix: str = "") -> str | None:
     """The revision the database is at for ``prefix``, or None when mqstore never migrated it."""
     version_table = build_schema(prefix).version_table
-    _require_privileges(conn, {version_table: ("SELECT",)})
+    require_privileges(conn, {version_table: ("SELECT",)})
     ctx = MigrationContext.configure(conn, opts={"version_table": version_table})
     return ctx.get_current_revision()
-
-
-#: What a broker's database role needs on each of the prefix's tables.
-BROKER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
-
-
-def _require_privileges(conn: Connection, wanted: dict[str, tuple[str, ...]]) -> None:
-    """Raise :class:`SchemaError` naming the GRANT to run when the session's role lacks a
-    privilege on one of the existing tables in ``wanted`` (tables that adopt or upgrade
-    created are not covered by grants made before them)."""
-    names = [name for name, privileges in wanted.items() for _ in privileges]
-    privileges = [privilege for each in wanted.values() for privilege in each]
-    rows = conn.execute(
-        sa.text(
-            "SELECT w.name, w.privilege, quote_ident(current_user), quote_ident(current_schema()) "
-            "FROM unnest(CAST(:names AS text[]), CAST(:privileges AS text[])) "
-            "AS w(name, privilege) "
-            "WHERE to_regclass(quote_ident(w.name)) IS NOT NULL "
-            "AND NOT has_table_privilege(to_regclass(quote_ident(w.name)), w.privilege)"
-        ),
-        {"names": names, "privileges": privileges},
-    ).all()
-    if not rows:
-        return
-    lacking: dict[str, list[str]] = {}
-    for name, privilege, _, _ in rows:
-        lacking.setdefault(name, []).append(privilege)
-    user, schema = rows[0][2], rows[0][3]
-    listed = "; ".join(f"{', '.join(p)} on {name}" for name, p in lacking.items())
-    raise SchemaError(
-        f"the database role {user} lacks {listed}: as the tables' owner run GRANT "
-        f"{', '.join(BROKER_PRIVILEGES)} ON ALL TABLES IN SCHEMA {schema} TO {user}"
-    )
 
 
 def _existing_tables(conn: Connection) -> set[str]:
     return set(sa.inspect(conn).get_table_names())
 
 
-def lock_migrations(conn: Connection, prefix: str = "") -> None:
-    """Wait until no other session migrates ``prefix`` in this schema; held to the end of
-    ``conn``'s transaction, so two brokers upgrading at once run one after the other and the
-    second finds the work done."""
-    conn.execute(
-        sa.text(
-            "SELECT pg_advisory_xact_lock(hashtextextended("
-            "'mqstore migrations ' || coalesce(current_schema(), '') || '.' || :table, 0))"
-        ),
-        {"table": version_table_name(prefix)},
-    )
-
-
 def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
     """Migrate to ``revision``; refuses (with the fix) on tables mqstore never managed."""
-    with _database_errors("upgrade"), engine.begin() as conn:
+    with database_errors("upgrade"), engine.begin() as conn:
         lock_migrations(conn, prefix)
         refuse_unmanaged_tables(conn, prefix)
         with _revision_errors(conn, prefix, revision):
@@ -145,7 +104,7 @@ def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
 def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
     """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table)."""
     with (
-        _database_errors("downgrade"),
+        database_errors("downgrade"),
         engine.begin() as conn,
         _revision_errors(conn, prefix, revision),
     ):
@@ -166,53 +125,7 @@ def refuse_downgrade(conn: Connection, prefix: str = "") -> None:
             f"nothing to downgrade: there is no mqstore schema for prefix {prefix!r} in "
             f"schema {where}; check --table-prefix (and the DSN's search_path)"
         )
-    lock = build_schema(prefix).lock
-    if lock.name not in _existing_tables(conn):
-        return
-    try:
-        with conn.begin_nested():
-            conn.execute(sa.select(lock.c.id).with_for_update(nowait=True))
-    except sa.exc.OperationalError as exc:
-        if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
-            raise
-        raise SchemaError(
-            f"{lock.name} is locked by a running broker (mqstore's --lock row or ActiveMQ's "
-            "database locker), nothing was changed: stop that broker first"
-        ) from None
-
-
-#: SQLSTATEs a user causes with the DSN (its role, search_path, server), and what to do.
-_DATABASE_FIXES = {
-    "42501": "run it as the owner of the tables, or a role granted CREATE on the schema",
-    "3F000": "the DSN's search_path names no existing schema: create the schema or fix "
-    "options=-csearch_path=...",
-    "25006": "the database is read-only (a standby, or default_transaction_read_only): "
-    "point the DSN at the primary",
-    "55P03": "another session holds a lock on a table it needs (a running broker?): stop it, "
-    "or retry when it is idle",
-    "57014": "a statement ran past the role's statement_timeout (adopt indexes every row): "
-    "run it with a longer one, e.g. options=-cstatement_timeout=0 in the DSN",
-    "42P07": "mqstore did not make that table or index: drop or rename it, or use another "
-    "--table-prefix",
-    "42710": "mqstore did not make that object: drop or rename it, or use another --table-prefix",
-}
-
-
-@contextmanager
-def _database_errors(command_name: str) -> Iterator[None]:
-    """PostgreSQL's refusals a user can fix (rights, search_path, a standby) as one-line
-    :class:`SchemaError`; the transaction was rolled back, so nothing changed."""
-    try:
-        yield
-    except sa.exc.DBAPIError as exc:
-        fix = _DATABASE_FIXES.get(str(getattr(exc.orig, "sqlstate", "")))
-        if fix is None:
-            raise
-        first = str(exc.orig).splitlines()[0]
-        raise SchemaError(
-            f"`mqstore db {command_name}` was refused by the database ({first}), "
-            f"nothing was changed: {fix}"
-        ) from None
+    refuse_row_locked(conn, prefix)
 
 
 def known_revisions() -> list[str]:
@@ -247,7 +160,7 @@ def require_head(conn: Connection, prefix: str = "") -> None:
     if current == head:
         schema = build_schema(prefix)
         tables = (schema.msgs, schema.acks, schema.lock, schema.journal, schema.history)
-        _require_privileges(conn, {table.name: BROKER_PRIVILEGES for table in tables})
+        require_privileges(conn, {table.name: BROKER_PRIVILEGES for table in tables})
         return
     if current is None:
         where = conn.execute(sa.text("SELECT current_schema()")).scalar()
@@ -384,7 +297,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
     """
     schema = build_schema(prefix)
     report = AdoptReport()
-    with _database_errors("adopt"), engine.begin() as conn:
+    with database_errors("adopt"), engine.begin() as conn:
         lock_migrations(conn, prefix)
         tables = _existing_tables(conn)
         if current_revision(conn, prefix) is not None:
