@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -224,3 +225,25 @@ def test_every_usable_prefix_migrates_from_zero_to_the_declared_schema(
     assert names <= set(sa.inspect(empty_engine).get_table_names())
     migrate.downgrade(empty_engine, prefix)
     assert not names & set(sa.inspect(empty_engine).get_table_names())
+
+
+def test_alembic_cli_from_another_directory_uses_this_checkout(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    """The environment imports mqstore; it must be the one beside these migrations, not
+    whichever an installed package or the current directory provides."""
+    args = ["-c", str(REPO / "alembic.ini"), "-x", f"dsn={empty_dsn}", "upgrade", "head"]
+    up = subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert up.returncode == 0, up.stderr
+    engine = sa.create_engine(empty_dsn.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        assert migrate.check(engine) == []
+    finally:
+        engine.dispose()
