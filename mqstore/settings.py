@@ -5,7 +5,6 @@ CLI flags mirror these fields; a flag given on the command line wins over the en
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 from typing import Literal
@@ -14,8 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mqstore.errors import ConfigError
-
-_PREFIX_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,30}$")
+from mqstore.schema import PREFIX_PATTERN
 
 
 class Settings(BaseSettings):
@@ -143,7 +141,7 @@ class Settings(BaseSettings):
     @field_validator("table_prefix")
     @classmethod
     def _check_prefix(cls, value: str) -> str:
-        if value and not _PREFIX_RE.match(value):
+        if value and not PREFIX_PATTERN.fullmatch(value):
             raise ValueError(
                 "table prefix must start with a letter and hold only letters, digits and '_' "
                 "(at most 31 characters), e.g. BRK1_"
