@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from journal import runs
 from journal.admission import Admission, Claims, Key
 from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
 from journal.checkpoint_loop import run_checkpoints
@@ -43,6 +44,7 @@ from journal.support import (
     JournalBehindDatabaseError,
     JournalDatabaseMismatchError,
     JournalIdLostError,
+    JournalLeftRunningError,
     JournalMasterSlaveError,
     JournalUnusableError,
     WouldBlock,
@@ -188,7 +190,11 @@ class JournaledStore(MergedReads):
                 segment_size=self.segment_size,
                 sync_policy=self.sync_policy,
             )
+            self._refuse_if_another_was_left_running()
             self._replay()
+            with self.pg.transaction() as conn:
+                start = self._journal.start_position
+                runs.mark_running(conn, self.pg.schema, self.journal_id, start, self._owner)
         except BaseException as exc:
             if self._journal is not None:
                 self._journal.close()
@@ -206,6 +212,26 @@ class JournaledStore(MergedReads):
             daemon=True,
         )
         self._thread.start()
+
+    @property
+    def _owner(self) -> str:
+        return self.broker_name or self.pg.locker.holder
+
+    def _refuse_if_another_was_left_running(self) -> None:
+        """Refuse to start on this journal while another one of the database holds writes
+        its broker acknowledged and no checkpoint applied (see :mod:`journal.runs`)."""
+        others = self.pg.read(lambda conn: runs.unfinished(conn, self.pg.schema, self.journal_id))
+        if not others:
+            return
+        last = others[-1]
+        raise JournalLeftRunningError(
+            f"{last.describe()} did not stop cleanly, and this broker's journal in "
+            f"{self.journal_dir} is another one ({self.journal_id}): what that broker "
+            "acknowledged after its last checkpoint exists only in its journal directory. "
+            "Start the broker on that directory (--journal-dir) to apply it; or, if it is "
+            f"lost, accept the loss with `mqstore journal forget {last.journal_id}` and "
+            "start again" + (f" (and so for {len(others) - 1} more)" if len(others) > 1 else "")
+        )
 
     def _replay(self) -> None:
         """Rebuild the pending state from records after the stored checkpoint."""
@@ -267,6 +293,7 @@ class JournaledStore(MergedReads):
             elif checkpoint:
                 try:
                     self.checkpoint()
+                    self._mark_stopped()
                 except DatabaseUnavailableError as exc:
                     log.warning(
                         "no final journal checkpoint: %s; what it journaled stays in %s for "
@@ -281,6 +308,16 @@ class JournaledStore(MergedReads):
             self.journal.close()
             self._journal = None
             self.pg.stop()
+
+    def _mark_stopped(self) -> None:
+        """After the final checkpoint: stamp the journal as stopped cleanly, if nothing of
+        it is left unapplied (then a start on another journal loses nothing)."""
+        with self._space:
+            left = not self._state.empty
+        if left:
+            return
+        with self.pg.transaction() as conn:
+            runs.mark_stopped(conn, self.pg.schema, self.journal_id)
 
     def _check_open(self) -> None:
         if not self._started:

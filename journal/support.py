@@ -30,6 +30,10 @@ class JournalDatabaseMismatchError(ConfigError):
     """The journal directory belongs to another database or table prefix."""
 
 
+class JournalLeftRunningError(StoreError):
+    """Another journal of this database was left running: its writes may live only there."""
+
+
 class JournalUnusableError(StoreError):
     """The journal directory cannot be opened (damaged, locked, unreadable, newer format)."""
 

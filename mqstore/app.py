@@ -123,6 +123,7 @@ def build_store(
         segment_size=settings.journal_segment_mb * 1024 * 1024,
         checkpoint_interval_ms=settings.checkpoint_interval_ms,
         max_pending_bytes=settings.checkpoint_max_pending_mb * 1024 * 1024,
+        broker_name=settings.broker_name,
         shared_lock=False,  # build_locker made the lease exclusive for a journaled store
     )
 

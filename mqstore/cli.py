@@ -535,7 +535,8 @@ def journal_repair(
     directory: Annotated[Path, typer.Argument(help="journal directory")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would be lost")] = False,
 ) -> None:
-    """Truncate the journal at its first corrupt record, after saying what is lost."""
+    """Cut corrupt records out of the journal (padded over, so later ones stay), after
+    saying what is lost."""
 
     def body() -> None:
         from journal import JournalError, repair
@@ -548,6 +549,43 @@ def journal_repair(
                 console.print("repaired")
         except JournalError as exc:
             raise MqstoreError(str(exc)) from None
+
+    _run(body)
+
+
+@journal_app.command("forget")
+def journal_forget(
+    journal_id: Annotated[
+        str, typer.Argument(help="id of the lost journal (as a refusal names it)")
+    ],
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", help="accept the loss")] = False,
+) -> None:
+    """Accept that a journal left running is lost, with what its broker acknowledged after
+    its last checkpoint, so a broker may start on another journal."""
+
+    def body() -> None:
+        from journal import runs
+        from mqstore.app import open_database
+        from mqstore.schema import build_schema
+
+        settings = _settings_to_read(dsn, table_prefix, data_dir)
+        schema = build_schema(settings.table_prefix)
+        if not yes:
+            raise ConfigError(
+                f"what journal {journal_id} holds beyond its last checkpoint is then lost for "
+                "good; if its directory can still be found, start the broker on it instead. "
+                "To accept the loss, rerun with --yes"
+            )
+        with open_database(settings) as database, database.engine.begin() as conn:
+            if not runs.forget(conn, schema, journal_id):
+                raise ConfigError(
+                    f"{schema.journal.name} has no journal {journal_id!r} left running: "
+                    "nothing to forget"
+                )
+        console.print(f"journal {journal_id} forgotten: a broker may start on another journal")
 
     _run(body)
 

@@ -157,6 +157,7 @@ def build_schema(prefix: str = "") -> StoreSchema:
         Column("position", BigInteger, nullable=False),
         Column("broker_name", String(NAME_LENGTH)),
         Column("updated_at", BigInteger, nullable=False),
+        Column("stopped_at", BigInteger),  # a clean stop; NULL while running or after a crash
         PrimaryKeyConstraint("journal_id", name=f"{journal_name}_pkey"),
     )
 

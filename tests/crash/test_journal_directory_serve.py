@@ -160,3 +160,27 @@ def test_a_bad_record_is_refused_then_repaired_without_losing_the_later_ones(
         assert sorted(drain(server.port, QUEUE)) == sorted(f"m{i}" for i in range(1, 10))
     finally:
         server.stop()
+
+
+def test_a_killed_brokers_journal_missing_at_the_next_start_is_refused(
+    dsn: str, tmp_path: Path
+) -> None:
+    """The journal on storage that did not survive (a container redeployed, say): the next
+    start is refused instead of losing the receipted messages; with it back, all arrive."""
+    base = tmp_path / "data"
+    server = MqstoreServer(dsn, base, name="a", journal=True, lock="none")
+    server.env["MQSTORE_CHECKPOINT_INTERVAL_MS"] = "600000"  # all of them only in the journal
+    server.start()
+    _send(server.port, 5)
+    server.kill()
+    shutil.move(base / "journal", tmp_path / "kept")
+    text = _refused(MqstoreServer(dsn, base, name="a", journal=True, lock="none"))
+    assert "did not stop cleanly" in text and "mqstore journal forget" in text, text
+    assert _rows(dsn) == 0
+    shutil.rmtree(base / "journal")
+    shutil.move(tmp_path / "kept", base / "journal")
+    server = MqstoreServer(dsn, base, name="a", journal=True, lock="none").start()
+    try:
+        assert sorted(drain(server.port, QUEUE)) == [f"m{i}" for i in range(5)]
+    finally:
+        server.stop()
