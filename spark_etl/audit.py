@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
+from .archive_guard import history_archive
 from .decode import with_decoded
 from .report_html import render
 from .sources import (
@@ -302,20 +303,20 @@ def audit(
     """Audit the store at ``dsn``; writes ``audit.json`` and ``audit.html`` into ``out_dir``.
 
     History throughput comes from ``mqstore_history``, or for a plain ActiveMQ database
-    from the history of an export directory (``archive``, default ``out_dir``).
+    from the history of an export directory (``archive``, default ``out_dir``) of this
+    database and prefix (:func:`.archive_guard.history_archive`, else :class:`ArchiveError`).
     Returns the report; its ``violations`` list is non-empty when a threshold is crossed.
     """
     src = jdbc_source(dsn, prefix)
-    inspect_database(dsn, prefix, ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK"))
+    identity = inspect_database(dsn, prefix, ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK"))
+    archived = history_archive(out_dir, archive, identity, prefix)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     msgs = with_decoded(read_msgs(spark, src), keep_msg=False)
     history = None
     if table_exists(spark, src, "MQSTORE_HISTORY"):
         history = read_table(spark, src, "MQSTORE_HISTORY").select("removed_at", "outcome")
-    else:
-        exported = Path(archive or out_dir) / "history"
-        if exported.exists() and any(exported.rglob("*.parquet")):
-            history = spark.read.parquet(str(exported)).select("removed_at", "outcome")
+    elif archived is not None and any((archived / "history").rglob("*.parquet")):
+        history = spark.read.parquet(str(archived / "history")).select("removed_at", "outcome")
     report = build_report(
         msgs,
         read_acks(spark, src),

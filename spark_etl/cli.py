@@ -192,7 +192,10 @@ def audit_command(
     ] = None,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
-    _preflight(dsn, table_prefix, out, AUDIT_TABLES)
+    identity = _preflight(dsn, table_prefix, out, AUDIT_TABLES)
+    from .archive_guard import history_archive
+
+    _run(lambda: history_archive(out, archive, identity, table_prefix))  # before Spark starts
     spark = _session(master)
     from .audit import Thresholds, audit
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import shutil
 import time
 import uuid
@@ -47,15 +46,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StringType
 
-from mqstore.archive import (
-    DATABASE_KEY,
-    Identity,
-    has_identity,
-    origin_mismatch,
-    read_watermarks,
-)
-from mqstore.errors import ConfigError
+from mqstore.archive import DATABASE_KEY, Identity, has_identity
 
+from .archive_guard import (
+    STAGING,
+    WATERMARKS,
+    ArchiveError,
+    check_archive,
+    load_watermarks,
+)
 from .decode import with_decoded
 from .history import DEFAULT_WINDOW, HISTORY_COLUMNS, derive_removals, fetch_late_rows, read_history
 from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
@@ -69,15 +68,11 @@ from .sources import (
     table_exists,
 )
 
-WATERMARKS = "_watermarks.json"
-STAGING = "_staging"
 SNAPSHOTS = "_snapshots"
 LOCK_FILE = ".lock"
 #: 3: the watermarks name their database (``database``); 2: rows carry ``container``,
 #: long names get a shortened ``destination`` (1: neither).
 FORMAT_VERSION = 3
-#: The run id in the name of a file a run moved into place (``r<run>-part-...``).
-_RUN_TAG = re.compile(r"^r(\d{8}T\d{6}-[0-9a-f]{8})-")
 #: Steps reported to a progress callback, in order.
 STEPS = (
     "recover",
@@ -115,68 +110,6 @@ class ExportResult:
     def history_rows(self) -> int:
         """History rows added by this run."""
         return sum(self.history.values())
-
-
-class ArchiveError(ConfigError):
-    """An export directory this run must not write to; the message says what to do."""
-
-
-def load_watermarks(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The committed watermarks (empty for a new export directory).
-
-    Raises :class:`ArchiveError` when ``_watermarks.json`` is unreadable (truncated, blank).
-    """
-    try:
-        return read_watermarks(Path(out_dir)) or {}
-    except ConfigError as exc:
-        raise ArchiveError(
-            f"{exc}: restore it from a backup, or export into a new --out directory"
-        ) from None
-
-
-def _archived_file(out: Path) -> Path | None:
-    """A Parquet file under ``messages/`` or ``history/`` that no crashed run owns."""
-    staging = out / STAGING
-    crashed = {p.name for p in staging.iterdir()} if staging.is_dir() else set()
-    for dataset in ("messages", "history"):
-        root = out / dataset
-        for path in root.rglob("*.parquet") if root.is_dir() else ():
-            tag = _RUN_TAG.match(path.name)
-            if tag is None or tag.group(1) not in crashed:
-                return path
-    return None
-
-
-def check_archive(
-    out_dir: str | os.PathLike[str], identity: Identity, prefix: str
-) -> dict[str, Any]:
-    """The watermarks to continue ``out_dir`` from, for ``prefix``'s tables in the database
-    ``identity`` names (empty for a new directory).
-
-    Raises :class:`ArchiveError` (one line: what is wrong and what to do) when ``out_dir``
-    is not a directory, its watermarks are unreadable, or missing beside exported files, or
-    describe another database or table prefix.
-    """
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ArchiveError(f"--out {out} is not a directory: give a directory for the archive")
-    marks = load_watermarks(out)
-    if not marks:
-        orphan = _archived_file(out)
-        if orphan is not None:
-            raise ArchiveError(
-                f"{out} holds exported Parquet files ({orphan.relative_to(out)}...) but no "
-                f"{WATERMARKS}: restore it from a backup, or export into a new --out directory "
-                "(exporting here again would archive every row twice)"
-            )
-        return {}
-    wrong = origin_mismatch(marks, identity, prefix)
-    if wrong is not None:
-        raise ArchiveError(
-            f"{out} holds the export of other tables ({wrong}): export these into another "
-            "--out directory"
-        )
-    return marks
 
 
 @dataclass(frozen=True)
