@@ -72,7 +72,7 @@ def _session(master: str | None) -> Any:
     try:
         return build_session(master)
     except JdbcJarMissingError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(f"error: {exc}") from None
     except Exception as exc:  # the JVM did not start: Java missing, master unreachable...
         raise _fail(
             f"error: cannot start Spark (--master {master or 'local[*]'}): {_first_line(exc)}"

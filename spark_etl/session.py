@@ -27,17 +27,23 @@ def find_jdbc_jar(explicit: str | None = None) -> str:
     for origin, candidate in (
         ("the jdbc_jar setting", explicit),
         (f"${JAR_ENV}", os.environ.get(JAR_ENV)),
-        ("the Debian default", DEBIAN_JAR),
     ):
         if not candidate:
             continue
         if Path(candidate).is_file():
             return str(Path(candidate).resolve())
-        if origin != "the Debian default":
-            raise JdbcJarMissingError(f"PostgreSQL JDBC jar {candidate!r} from {origin} not found")
+        what = "is not a file" if Path(candidate).exists() else "does not exist"
+        raise JdbcJarMissingError(
+            f"the PostgreSQL JDBC jar {candidate!r} from {origin} {what}: point {origin} at "
+            f"a postgresql.jar, or unset it to use {DEBIAN_JAR} from Debian's "
+            "libpostgresql-jdbc-java"
+        )
+    if Path(DEBIAN_JAR).is_file():
+        return str(Path(DEBIAN_JAR).resolve())
     raise JdbcJarMissingError(
-        f"PostgreSQL JDBC driver not found at {DEBIAN_JAR}: install it with "
-        "`apt-get install libpostgresql-jdbc-java`, or set MQSTORE_JDBC_JAR to a postgresql.jar"
+        f"the PostgreSQL JDBC driver is not installed ({DEBIAN_JAR} does not exist): install "
+        "it with `apt-get install libpostgresql-jdbc-java` (Debian, Ubuntu), or set "
+        f"{JAR_ENV} to the path of a postgresql.jar"
     )
 
 

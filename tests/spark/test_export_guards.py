@@ -207,6 +207,8 @@ def _free_port() -> int:
         ("export", "out-is-a-file", "is not a directory"),
         ("export", "bad-master", "unknown --master 'bogus://x'"),
         ("export", "corrupt-watermarks", "not JSON"),
+        ("audit", "missing-jar", "'/nonexistent/pg.jar' from $MQSTORE_JDBC_JAR does not exist"),
+        ("export", "jar-is-a-directory", "from $MQSTORE_JDBC_JAR is not a file: point"),
     ],
 )
 def test_cli_mistakes_are_one_line_and_exit_1(
@@ -231,10 +233,15 @@ def test_cli_mistakes_are_one_line_and_exit_1(
     elif case == "corrupt-watermarks":
         out.mkdir()
         (out / "_watermarks.json").write_text('{"run_id": "2026')
-    result = mqstore(job, *args)
+    env = None
+    if case in ("missing-jar", "jar-is-a-directory"):
+        jar = "/nonexistent/pg.jar" if case == "missing-jar" else str(tmp_path)
+        env = {**os.environ, "MQSTORE_JDBC_JAR": jar}
+    result = mqstore(job, *args, env=env)
     assert result.returncode == 1
     line = _one_line(result.stderr)
     assert line.startswith("error: ") and words in line
+    assert not (out / "audit.json").exists()
 
 
 def test_audit_refuses_negative_thresholds(dsn: str, tmp_path: Path) -> None:

@@ -42,7 +42,10 @@ def test_jar_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         session.find_jdbc_jar()
     monkeypatch.delenv("MQSTORE_JDBC_JAR")
     monkeypatch.setattr(session, "DEBIAN_JAR", str(tmp_path / "nope.jar"))
-    with pytest.raises(session.JdbcJarMissingError, match="libpostgresql-jdbc-java"):
+    with pytest.raises(
+        session.JdbcJarMissingError,
+        match=r"apt-get install libpostgresql-jdbc-java.*or set MQSTORE_JDBC_JAR",
+    ):
         session.find_jdbc_jar()
 
 
