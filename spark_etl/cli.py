@@ -7,6 +7,7 @@ and ``spark-submit spark_etl/submit.py`` run them on their own.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -28,8 +29,13 @@ EXPORT_TABLES = ("ACTIVEMQ_MSGS",)
 AUDIT_TABLES = ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK")
 
 Dsn = Annotated[
-    str,
-    typer.Option("--dsn", envvar="MQSTORE_DSN", help="postgresql://USER[:PW]@HOST[:PORT]/DB"),
+    str | None,
+    typer.Option(
+        "--dsn",
+        envvar="MQSTORE_DSN",
+        help="postgresql://USER[:PW]@HOST[:PORT]/DB (TCP: JDBC cannot read the embedded store)",
+        show_default=False,
+    ),
 ]
 Prefix = Annotated[
     str,
@@ -100,6 +106,32 @@ def _run(action: Callable[[], Any]) -> Any:
     raise _fail(f"error: {message}")
 
 
+def _given_dsn(dsn: str | None) -> str:
+    """``dsn``, or a one-line error saying which DSN to give (exit code 1).
+
+    Without a DSN the other commands use the embedded store (``mqstore serve``), but it
+    listens on a Unix socket only and the PostgreSQL JDBC driver speaks TCP only.
+    """
+    if dsn:
+        return dsn
+    from mqstore.embedded import store_exists
+    from mqstore.settings import Settings
+
+    data_dir = Path(os.environ.get("MQSTORE_DATA_DIR") or Settings.model_fields["data_dir"].default)
+    if store_exists(data_dir):
+        shown = data_dir if data_dir.is_absolute() else f"./{data_dir}"
+        raise _fail(
+            f"error: no --dsn given, and Spark cannot read the embedded store in {shown} (it "
+            "listens on a Unix socket; the JDBC driver needs TCP): pass --dsn (or set "
+            "MQSTORE_DSN) of a PostgreSQL reachable over TCP, e.g. the one a broker runs on "
+            "with `mqstore serve --dsn postgresql://USER@HOST:5432/DB`"
+        )
+    raise _fail(
+        "error: no --dsn given: pass --dsn postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME "
+        "(or set MQSTORE_DSN) of the database the broker stores in"
+    )
+
+
 def _preflight(dsn: str, prefix: str, out: Path, tables: tuple[str, ...]) -> Any:
     """Check ``--out``, the DSN, the database and its tables before Spark starts.
 
@@ -118,7 +150,7 @@ def _preflight(dsn: str, prefix: str, out: Path, tables: tuple[str, ...]) -> Any
 
 def export_command(
     out: Annotated[Path, typer.Option("--out", help="output directory (Parquet + watermarks)")],
-    dsn: Dsn,
+    dsn: Dsn = None,
     table_prefix: Prefix = "",
     master: Master = None,
     keep_msg: Annotated[
@@ -130,7 +162,8 @@ def export_command(
     from rich.progress import Progress
     from rich.table import Table
 
-    identity = _preflight(dsn, table_prefix, out, EXPORT_TABLES)
+    source = _given_dsn(dsn)
+    identity = _preflight(source, table_prefix, out, EXPORT_TABLES)
     from .export import STEPS, check_archive, export, export_lock
 
     with ExitStack() as held:  # the directory's lock: taken before Spark starts, held to the end
@@ -151,7 +184,13 @@ def export_command(
 
                 result = _run(
                     lambda: export(
-                        spark, dsn, out, table_prefix, keep_msg=keep_msg, progress=step, lock=lock
+                        spark,
+                        source,
+                        out,
+                        table_prefix,
+                        keep_msg=keep_msg,
+                        progress=step,
+                        lock=lock,
                     )
                 )
                 bar.update(task, completed=len(STEPS), description="export: done")
@@ -168,7 +207,7 @@ def export_command(
 
 def audit_command(
     out: Annotated[Path, typer.Option("--out", help="directory for audit.json / audit.html")],
-    dsn: Dsn,
+    dsn: Dsn = None,
     table_prefix: Prefix = "",
     master: Master = None,
     max_depth: Annotated[int | None, typer.Option(min=0, help="messages per destination")] = None,
@@ -192,7 +231,8 @@ def audit_command(
     ] = None,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
-    identity = _preflight(dsn, table_prefix, out, AUDIT_TABLES)
+    source = _given_dsn(dsn)
+    identity = _preflight(source, table_prefix, out, AUDIT_TABLES)
     from .archive_guard import history_archive
 
     _run(lambda: history_archive(out, archive, identity, table_prefix))  # before Spark starts
@@ -210,7 +250,7 @@ def audit_command(
         max_lease_age_s=max_lease_age,
     )
     try:
-        report = _run(lambda: audit(spark, dsn, out, table_prefix, limits, archive=archive))
+        report = _run(lambda: audit(spark, source, out, table_prefix, limits, archive=archive))
     finally:
         spark.stop()
     counts = report["counts"]
