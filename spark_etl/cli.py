@@ -7,10 +7,11 @@ and ``spark-submit spark_etl/submit.py`` run them on their own.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,6 +42,18 @@ Prefix = Annotated[
     str,
     typer.Option("--table-prefix", envvar="MQSTORE_TABLE_PREFIX", help="ActiveMQ tablePrefix"),
 ]
+Memory = Annotated[
+    str,
+    typer.Option(
+        "--driver-memory",
+        envvar="MQSTORE_SPARK_DRIVER_MEMORY",
+        help="JVM heap of a local run, e.g. 2g, 8g (under spark-submit: its --driver-memory)",
+    ),
+]
+#: A JVM heap size as Spark takes it (``512m``, ``4g``).
+_MEMORY = re.compile(r"[1-9]\d*[kmgt]?", re.IGNORECASE)
+#: How Spark's JVM exits after an OutOfMemoryError (``SparkExitCode.OOM``).
+_JVM_OOM_EXIT = 52
 Master = Annotated[
     str | None,
     typer.Option("--master", help="Spark master (default local[*]; unset under spark-submit)"),
@@ -60,23 +73,28 @@ def _require_pyspark() -> None:
 
 
 def _first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (Spark's carry a JVM stack below it)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:500]
+    """The first telling line of an exception's message (Spark's carry a JVM stack below
+    it, py4j's start with 'An error occurred while calling o12.parquet')."""
+    lines = [line.strip() for line in (_text(exc) or "").splitlines() if line.strip()]
+    told = [line for line in lines if not line.startswith("An error occurred while calling")]
+    return ((told or lines)[0] if lines else type(exc).__name__)[:500]
 
 
-def _session(master: str | None) -> Any:
-    """The SparkSession, or a one-line error when PySpark, the JDBC jar or the master is wrong."""
+def _session(master: str | None, memory: str = "2g") -> Any:
+    """The SparkSession, or a one-line error when PySpark, the JDBC jar, the master or the
+    driver memory is wrong."""
     _require_pyspark()
     if master is not None and not _MASTER.fullmatch(master):
         raise _fail(
             f"error: unknown --master {master!r}: give local, local[N], local[*], "
             "spark://HOST:PORT, yarn or k8s://URL (or leave it unset under spark-submit)"
         )
+    if not _MEMORY.fullmatch(memory):
+        raise _fail(f"error: invalid --driver-memory {memory!r}: give a size such as 2g or 512m")
     from .session import JdbcJarMissingError, build_session
 
     try:
-        return build_session(master)
+        return build_session(master, driver_memory=memory)
     except JdbcJarMissingError as exc:
         raise _fail(f"error: {exc}") from None
     except Exception as exc:  # the JVM did not start: Java missing, master unreachable...
@@ -85,9 +103,68 @@ def _session(master: str | None) -> Any:
         ) from None
 
 
-def _run(action: Callable[[], Any]) -> Any:
-    """Run a job; whatever a user can cause becomes one line on stderr and exit code 1."""
-    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+def _text(exc: BaseException) -> str | None:
+    """``str(exc)``, or None when that fails (a Java exception's text is fetched from its JVM,
+    which may be gone)."""
+    try:
+        return str(exc)
+    except Exception:
+        return None
+
+
+def _jvm_exit(spark: Any, wait: bool) -> int | None:
+    """The exit code of the local JVM behind ``spark`` once it has ended (``wait``: give it
+    10 s to); None while it runs, or when it is not ours (``spark-submit`` started it)."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is None:
+        return None
+    try:
+        code = proc.wait(timeout=10) if wait else proc.poll()
+    except Exception:
+        return None
+    return None if code is None else int(code)
+
+
+def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
+    """One line for a job that failed inside Spark; an archive is then left as it was."""
+    from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
+
+    text = _text(exc)
+    lost = text is None or isinstance(exc, (Py4JNetworkError, ConnectionError))
+    code = _jvm_exit(spark, wait=lost)
+    if code == _JVM_OOM_EXIT or "java.lang.OutOfMemoryError" in (text or ""):
+        return (
+            f"Spark ran out of memory (--driver-memory {memory}): rerun with more, e.g. "
+            "--driver-memory 8g (a message takes about 10 to 15 times its size in memory, "
+            "per core), or with fewer cores (--master local[1]); nothing was committed"
+        )
+    if code is not None or lost:
+        how = "ended" if code is None else f"exited with code {code}"
+        return (
+            f"Spark's JVM {how} during the job (its log above says why; when it ran out of "
+            f"memory, rerun with more than --driver-memory {memory}); nothing was committed"
+        )
+    return f"the Spark job failed: {_first_line(exc)}"
+
+
+def _stop(spark: Any) -> None:
+    """Stop ``spark``; a JVM that is already gone (out of memory, killed) is not an error,
+    and py4j's logged traceback of its lost connection is not shown."""
+    from py4j.protocol import Py4JError
+
+    log = logging.getLogger("py4j")
+    disabled, log.disabled = log.disabled, True
+    try:
+        with suppress(Py4JError, OSError):
+            spark.stop()
+    finally:
+        log.disabled = disabled
+
+
+def _run(action: Callable[[], Any], spark: Any = None, memory: str = "2g") -> Any:
+    """Run a job; whatever a user can cause becomes one line on stderr and exit code 1.
+    ``spark`` (and its ``memory``) is the session a failure inside Spark comes from."""
+    from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
     from mqstore.errors import MqstoreError
@@ -98,11 +175,14 @@ def _run(action: Callable[[], Any]) -> Any:
         return action()
     except (SourceError, MqstoreError) as exc:
         message = str(exc)
-    except OSError as exc:  # --out unwritable, disk full, ...
-        where = f": {exc.filename}" if exc.filename else ""
-        message = f"{exc.strerror or exc}{where}"
-    except (PySparkException, Py4JError) as exc:  # a read or write failed inside Spark
-        message = f"the Spark job failed: {_first_line(exc)}"
+    except (PySparkException, Py4JError, OSError) as exc:
+        if spark is not None and not (isinstance(exc, OSError) and exc.filename):
+            message = _spark_failure(exc, spark, memory)  # failed inside Spark, or JVM gone
+        elif isinstance(exc, OSError):  # --out unwritable, disk full, ...
+            where = f": {exc.filename}" if exc.filename else ""
+            message = f"{exc.strerror or exc}{where}"
+        else:
+            message = f"the Spark job failed: {_first_line(exc)}"
     raise _fail(f"error: {message}")
 
 
@@ -153,6 +233,7 @@ def export_command(
     dsn: Dsn = None,
     table_prefix: Prefix = "",
     master: Master = None,
+    driver_memory: Memory = "2g",
     keep_msg: Annotated[
         bool, typer.Option("--keep-msg/--no-keep-msg", help="keep the raw MSG bytes")
     ] = True,
@@ -169,7 +250,7 @@ def export_command(
     with ExitStack() as held:  # the directory's lock: taken before Spark starts, held to the end
         lock = _run(lambda: held.enter_context(export_lock(out)))
         _run(lambda: check_archive(lock.directory, identity, table_prefix))
-        spark = _session(master)
+        spark = _session(master, driver_memory)
         console = Console(stderr=True)
         try:
             with Progress(console=console, transient=True) as bar:
@@ -191,11 +272,13 @@ def export_command(
                         keep_msg=keep_msg,
                         progress=step,
                         lock=lock,
-                    )
+                    ),
+                    spark,
+                    driver_memory,
                 )
                 bar.update(task, completed=len(STEPS), description="export: done")
         finally:
-            spark.stop()
+            _stop(spark)
     table = Table(title=f"run {result.run_id} ({result.seconds:.1f} s)")
     for col in ("destination", "messages", "history"):
         table.add_column(col, justify="left" if col == "destination" else "right")
@@ -210,6 +293,7 @@ def audit_command(
     dsn: Dsn = None,
     table_prefix: Prefix = "",
     master: Master = None,
+    driver_memory: Memory = "2g",
     max_depth: Annotated[int | None, typer.Option(min=0, help="messages per destination")] = None,
     max_backlog: Annotated[int | None, typer.Option(min=0, help="pending per subscription")] = None,
     max_pending_age: Annotated[
@@ -236,7 +320,7 @@ def audit_command(
     from .archive_guard import history_archive
 
     _run(lambda: history_archive(out, archive, identity, table_prefix))  # before Spark starts
-    spark = _session(master)
+    spark = _session(master, driver_memory)
     from .audit import Thresholds, audit
 
     limits = Thresholds(
@@ -250,9 +334,13 @@ def audit_command(
         max_lease_age_s=max_lease_age,
     )
     try:
-        report = _run(lambda: audit(spark, source, out, table_prefix, limits, archive=archive))
+        report = _run(
+            lambda: audit(spark, source, out, table_prefix, limits, archive=archive),
+            spark,
+            driver_memory,
+        )
     finally:
-        spark.stop()
+        _stop(spark)
     counts = report["counts"]
     typer.echo(
         f"{counts['messages']} messages in {len(report['destinations'])} destinations, "

@@ -150,7 +150,7 @@ class _KeepAlive:
 def test_cli_exit_codes_and_summary(
     spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "_session", lambda _master: _KeepAlive(spark))
+    monkeypatch.setattr(cli, "_session", lambda _master, _memory: _KeepAlive(spark))
     app = typer.Typer()
     cli.register(app)
     runner = CliRunner()

@@ -1,0 +1,69 @@
+"""A message too big for the export's memory: one line saying what to raise, nothing
+committed, and a rerun with more memory exports it once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from sqlalchemy.engine import Engine
+
+from mqstore.openwire import encode, text_message
+from tests.integration.test_cli import mqstore
+from tests.spark.conftest import dsn_of, execute
+
+BODY_BYTES = 40 * 1024 * 1024
+
+
+def _store_big_message(engine: Engine) -> None:
+    msg = text_message(
+        "x" * BODY_BYTES,
+        destination="queue://BIG",
+        producer_id="ID:big-1-2-3:1:1",
+        sequence=1,
+        broker_sequence_id=1,
+        timestamp=1795400000000,
+    )
+    execute(
+        engine,
+        "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
+        " priority) VALUES (1, 'queue://BIG', :p, 1, 0, :m, 0)",
+        {"p": msg.msgid_prod, "m": encode(msg)},
+    )
+
+
+def test_out_of_memory_is_one_line_and_a_rerun_with_more_exports_once(
+    engine: Engine, tmp_path: Path
+) -> None:
+    _store_big_message(engine)
+    out = tmp_path / "archive"
+    args = ("export", "--dsn", dsn_of(engine), "--out", str(out), "--master", "local[1]")
+
+    short = mqstore(*args, "--driver-memory", "512m")
+    assert short.returncode == 1 and "Traceback" not in short.stderr, short.stderr[-3000:]
+    last = short.stderr.strip().splitlines()[-1]  # the JVM's own log comes before it
+    assert last.startswith("error: ") and "nothing was committed" in last, last
+    assert "memory" in last and "--driver-memory 512m" in last, last
+    assert not (out / "_watermarks.json").exists()
+    assert not list(out.glob("messages/**/*.parquet"))
+
+    enough = mqstore(*args, "--driver-memory", "2g")
+    assert enough.returncode == 0, enough.stderr[-3000:]
+    ids = [
+        i
+        for f in out.glob("messages/**/*.parquet")
+        for i in pq.read_table(f, columns=["id"])["id"].to_pylist()
+    ]
+    assert ids == [1]
+    assert json.loads((out / "_watermarks.json").read_text())["msgs_max_id"] == 1
+
+
+def test_driver_memory_must_be_a_size(engine: Engine, tmp_path: Path) -> None:
+    result = mqstore(
+        "audit", "--dsn", dsn_of(engine), "--out", str(tmp_path), "--driver-memory", "2 GB"
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: invalid --driver-memory '2 GB': give a size such as 2g or 512m"
+    )
