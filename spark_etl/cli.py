@@ -7,6 +7,7 @@ and ``spark-submit spark_etl/submit.py`` run them on their own.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -63,6 +64,18 @@ Master = Annotated[
 def _fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(message, err=True)
     return typer.Exit(code)
+
+
+def _directory(option: str) -> Callable[[str], Path]:
+    """A parser of ``option``'s directory that refuses an empty value (an unset shell
+    variable), which would otherwise mean the current directory."""
+
+    def parse(value: str) -> Path:
+        if not value.strip():
+            raise _fail(f"error: {option} is empty: give a directory")
+        return Path(value)
+
+    return parse
 
 
 def _require_pyspark() -> None:
@@ -212,6 +225,13 @@ def _given_dsn(dsn: str | None) -> str:
     )
 
 
+def _writable(out: Path) -> None:
+    """Make ``out`` and check it can be written, before a job spends its time."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        raise OSError(errno.EACCES, f"--out {out} is not writable: give a directory you can write")
+
+
 def _preflight(dsn: str, prefix: str, out: Path, tables: tuple[str, ...]) -> Any:
     """Check ``--out``, the DSN, the database and its tables before Spark starts.
 
@@ -229,7 +249,12 @@ def _preflight(dsn: str, prefix: str, out: Path, tables: tuple[str, ...]) -> Any
 
 
 def export_command(
-    out: Annotated[Path, typer.Option("--out", help="output directory (Parquet + watermarks)")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", parser=_directory("--out"), help="output directory (Parquet + watermarks)"
+        ),
+    ],
     dsn: Dsn = None,
     table_prefix: Prefix = "",
     master: Master = None,
@@ -289,7 +314,12 @@ def export_command(
 
 
 def audit_command(
-    out: Annotated[Path, typer.Option("--out", help="directory for audit.json / audit.html")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", parser=_directory("--out"), help="directory for audit.json / audit.html"
+        ),
+    ],
     dsn: Dsn = None,
     table_prefix: Prefix = "",
     master: Master = None,
@@ -311,7 +341,12 @@ def audit_command(
         float | None, typer.Option(min=0, help="seconds past the lease")
     ] = None,
     archive: Annotated[
-        Path | None, typer.Option("--archive", help="export directory (history of plain ActiveMQ)")
+        Path | None,
+        typer.Option(
+            "--archive",
+            parser=_directory("--archive"),
+            help="export directory (history of plain ActiveMQ)",
+        ),
     ] = None,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
@@ -319,7 +354,8 @@ def audit_command(
     identity = _preflight(source, table_prefix, out, AUDIT_TABLES)
     from .archive_guard import history_archive
 
-    _run(lambda: history_archive(out, archive, identity, table_prefix))  # before Spark starts
+    _run(lambda: _writable(out))  # before Spark starts
+    _run(lambda: history_archive(out, archive, identity, table_prefix))
     spark = _session(master, driver_memory)
     from .audit import Thresholds, audit
 

@@ -209,6 +209,9 @@ def _free_port() -> int:
         ("export", "corrupt-watermarks", "not JSON"),
         ("audit", "missing-jar", "'/nonexistent/pg.jar' from $MQSTORE_JDBC_JAR does not exist"),
         ("export", "jar-is-a-directory", "from $MQSTORE_JDBC_JAR is not a file: point"),
+        ("export", "empty-out", "--out is empty: give a directory"),
+        ("audit", "empty-archive", "--archive is empty: give a directory"),
+        ("audit", "out-under-a-file", "Not a directory: "),
     ],
 )
 def test_cli_mistakes_are_one_line_and_exit_1(
@@ -230,6 +233,13 @@ def test_cli_mistakes_are_one_line_and_exit_1(
         out.write_text("not a directory")
     elif case == "bad-master":
         args[-1] = "bogus://x"
+    elif case == "empty-out":
+        args[3] = ""
+    elif case == "empty-archive":
+        args += ["--archive", ""]
+    elif case == "out-under-a-file":
+        (tmp_path / "file").write_text("")
+        args[3] = str(tmp_path / "file" / "out")
     elif case == "corrupt-watermarks":
         out.mkdir()
         (out / "_watermarks.json").write_text('{"run_id": "2026')
