@@ -85,10 +85,11 @@ def _require_pyspark() -> None:
         raise _fail(_INSTALL_HINT) from None
 
 
-def _first_line(exc: BaseException) -> str:
-    """The first telling line of an exception's message (Spark's carry a JVM stack below
-    it, py4j's start with 'An error occurred while calling o12.parquet')."""
-    lines = [line.strip() for line in (_text(exc) or "").splitlines() if line.strip()]
+def _first_line(exc: BaseException, text: str | None = None) -> str:
+    """The first telling line of an exception's message (or ``text``): Spark's carry a JVM
+    stack below it, py4j's start with 'An error occurred while calling o12.parquet'."""
+    text = _text(exc) if text is None else text
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     told = [line for line in lines if not line.startswith("An error occurred while calling")]
     return ((told or lines)[0] if lines else type(exc).__name__)[:500]
 
@@ -143,7 +144,11 @@ def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
     from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
 
     text = _text(exc)
-    lost = text is None or isinstance(exc, (Py4JNetworkError, ConnectionError))
+    lost = (
+        text is None
+        or isinstance(exc, (Py4JNetworkError, ConnectionError))
+        or "SparkContext was shut down" in text  # the JVM is exiting (out of memory...)
+    )
     code = _jvm_exit(spark, wait=lost)
     if code == _JVM_OOM_EXIT or "java.lang.OutOfMemoryError" in (text or ""):
         return (
@@ -157,7 +162,7 @@ def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
             f"Spark's JVM {how} during the job (its log above says why; when it ran out of "
             f"memory, rerun with more than --driver-memory {memory}); nothing was committed"
         )
-    return f"the Spark job failed: {_first_line(exc)}"
+    return f"the Spark job failed: {_first_line(exc, text)}"
 
 
 def _stop(spark: Any) -> None:
