@@ -26,6 +26,8 @@ _MASTER = re.compile(
     r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
     r"|yarn|(spark|k8s|mesos)://\S+"
 )
+#: Where ``mqstore serve`` keeps its embedded store by default (``MQSTORE_DATA_DIR``).
+EMBEDDED_DATA_DIR = "mqstore-data"
 #: Tables each job reads (``history`` is optional).
 EXPORT_TABLES = ("ACTIVEMQ_MSGS",)
 AUDIT_TABLES = ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK")
@@ -213,9 +215,10 @@ def _given_dsn(dsn: str | None) -> str:
     if dsn:
         return dsn
     from mqstore.embedded import store_exists
-    from mqstore.settings import Settings
 
-    data_dir = Path(os.environ.get("MQSTORE_DATA_DIR") or Settings.model_fields["data_dir"].default)
+    # mqstore.settings' data_dir (not imported: it pulls in the journal, which the Spark
+    # jobs must not import)
+    data_dir = Path(os.environ.get("MQSTORE_DATA_DIR") or EMBEDDED_DATA_DIR)
     if store_exists(data_dir):
         shown = data_dir if data_dir.is_absolute() else f"./{data_dir}"
         raise _fail(
