@@ -141,6 +141,27 @@ def _jvm_exit(spark: Any, wait: bool) -> int | None:
     return None if code is None else int(code)
 
 
+#: How the JVM words running out of memory, in an exception or its causes.
+_OOM_SIGNS = ("java.lang.OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
+
+
+def _causes(exc: BaseException) -> str:
+    """The text of ``exc`` and of its causes, with the Java stack traces PySpark keeps
+    (a captured exception's own text is its first line only)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 20:
+        seen.add(id(current))
+        parts.append(_text(current) or "")
+        stack = getattr(current, "_stackTrace", None)
+        if isinstance(stack, str):
+            parts.append(stack)
+        cause = getattr(current, "_cause", None)
+        current = cause if isinstance(cause, BaseException) else current.__cause__
+    return "\n".join(parts)
+
+
 def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
     """One line for a job that failed inside Spark; an archive is then left as it was."""
     from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
@@ -151,8 +172,11 @@ def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
         or isinstance(exc, (Py4JNetworkError, ConnectionError))
         or "SparkContext was shut down" in text  # the JVM is exiting (out of memory...)
     )
-    code = _jvm_exit(spark, wait=lost)
-    if code == _JVM_OOM_EXIT or "java.lang.OutOfMemoryError" in (text or ""):
+    # Spark may also report a task's OutOfMemoryError as an INTERNAL_ERROR while its JVM
+    # exits (code 52): wait for it then too, and look through the Java causes.
+    internal = text is not None and "INTERNAL_ERROR" in text
+    code = _jvm_exit(spark, wait=lost or internal)
+    if code == _JVM_OOM_EXIT or any(sign in _causes(exc) for sign in _OOM_SIGNS):
         return (
             f"Spark ran out of memory (--driver-memory {memory}): rerun with more, e.g. "
             "--driver-memory 8g (a message takes about 10 to 15 times its size in memory, "

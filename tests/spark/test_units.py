@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import typer
@@ -70,3 +72,28 @@ def test_commands_register_and_explain_missing_pyspark(monkeypatch: pytest.Monke
     result = runner.invoke(app, ["audit", "--out", "x", "--dsn", "postgresql://u@h/d"])
     assert result.exit_code == 1
     assert "pip install 'mqstore[spark]'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("stack", "says"),
+    [
+        ("Caused by: java.lang.OutOfMemoryError: Java heap space", "ran out of memory"),
+        ("Caused by: java.io.IOException: No space left on device", "the Spark job failed"),
+    ],
+)
+def test_a_task_out_of_memory_reported_as_an_internal_error_names_driver_memory(
+    spark: Any, stack: str, says: str
+) -> None:
+    """Spark may report a task's OutOfMemoryError as ``[INTERNAL_ERROR] Executed command
+    failed``, the OOM only in the Java causes PySpark keeps beside that first line."""
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    del spark  # a running JVM, which PySpark's exceptions are made in
+    failure = CapturedException(
+        desc="[INTERNAL_ERROR] Executed command failed. You hit a bug in Spark",
+        stackTrace=f"org.apache.spark.SparkException: Executed command failed\n{stack}\n\tat x",
+    )
+    not_ours = SimpleNamespace(sparkContext=SimpleNamespace())  # a JVM spark-submit started
+    line = cli._spark_failure(failure, not_ours, "512m")
+    assert says in line
+    assert ("--driver-memory 512m" in line) == (says == "ran out of memory")
