@@ -56,6 +56,7 @@ from .archive_guard import (
     load_watermarks,
 )
 from .decode import with_decoded
+from .durable import fsync_all, fsync_path, fsync_tree
 from .history import DEFAULT_WINDOW, HISTORY_COLUMNS, derive_removals, fetch_late_rows, read_history
 from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
 from .sources import (
@@ -146,6 +147,7 @@ def _write_watermarks(out_dir: Path, marks: dict[str, Any]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, out_dir / WATERMARKS)
+    fsync_path(out_dir)
 
 
 def _tagged_files(root: Path, run_id: str) -> list[Path]:
@@ -221,13 +223,18 @@ def read_dataset(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame
 
 
 def _move_tagged(src_root: Path, dst_root: Path, run_id: str) -> None:
-    """Move the Parquet files of a staged dataset into place, tagging names with the run."""
+    """Move the Parquet files of a staged dataset into place, tagging names with the run,
+    and make them durable there (before the watermarks name them)."""
     if not src_root.exists():
         return
+    moved: list[Path] = []
     for path in sorted(src_root.rglob("*.parquet")):
         target = dst_root / path.parent.relative_to(src_root) / f"r{run_id}-{path.name}"
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, target)
+        moved.append(target)
+    if moved:
+        fsync_all([*moved, *{p.parent for p in moved}, dst_root])
 
 
 def _counts(spark: SparkSession, path: Path) -> dict[str, int]:
@@ -388,6 +395,8 @@ def _export_locked(
     _move_tagged(stage / "history", out / "history", run_id)
     (out / SNAPSHOTS).mkdir(exist_ok=True)
     os.replace(stage / "snapshot", out / SNAPSHOTS / run_id)
+    fsync_tree(out / SNAPSHOTS / run_id)
+    fsync_path(out)
     new_marks = {
         "format": FORMAT_VERSION,
         "run_id": run_id,

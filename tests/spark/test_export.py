@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -361,3 +362,35 @@ def test_without_keep_msg_no_raw_bytes_are_archived(
     export(spark, dsn_of(activemq_engine), tmp_path, keep_msg=False)
     assert "msg" not in spark.read.parquet(str(tmp_path / "messages")).columns
     assert "msg" not in spark.read.parquet(str(tmp_path / "history")).columns
+
+
+def test_archived_files_are_on_disk_before_the_watermarks_name_them(
+    spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a power loss the watermarks must not point past Parquet files the disk lost:
+    every file and directory of the run is fsynced before ``_watermarks.json`` replaces
+    the last one (``history trim --exported`` deletes the rows it covers)."""
+    synced: list[str] = []
+    synced_at_commit: list[int] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == "_watermarks.json":
+            synced_at_commit.append(len(synced))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    export(spark, dsn_of(activemq_engine), tmp_path)
+    [at_commit] = synced_at_commit
+    before = set(synced[:at_commit])
+    out = Path(os.path.realpath(tmp_path))
+    run = [p for d in ("messages", "_snapshots") for p in (out / d).rglob("*")]
+    assert any(p.suffix == ".parquet" for p in run)
+    missing = [str(p) for p in [*run, out / "messages", out / "_snapshots", out]
+               if str(p) not in before]  # fmt: skip
+    assert not missing, missing
