@@ -11,8 +11,8 @@ import errno
 import logging
 import os
 import re
-from collections.abc import Callable
-from contextlib import ExitStack, suppress
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -164,7 +164,11 @@ def _causes(exc: BaseException) -> str:
 
 def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
     """One line for a job that failed inside Spark; an archive is then left as it was."""
-    from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
+    from py4j.protocol import (  # type: ignore[import-untyped]
+        Py4JError,
+        Py4JJavaError,
+        Py4JNetworkError,
+    )
 
     text = _text(exc)
     lost = (
@@ -172,10 +176,12 @@ def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
         or isinstance(exc, (Py4JNetworkError, ConnectionError))
         or "SparkContext was shut down" in text  # the JVM is exiting (out of memory...)
     )
-    # Spark may also report a task's OutOfMemoryError as an INTERNAL_ERROR while its JVM
-    # exits (code 52): wait for it then too, and look through the Java causes.
+    # A JVM running out of memory exits (code 52) while the job fails in one of several
+    # ways: the connection lost, an INTERNAL_ERROR with the OutOfMemoryError among its Java
+    # causes, or py4j failing to call into the exiting JVM. Wait for it in all of them.
     internal = text is not None and "INTERNAL_ERROR" in text
-    code = _jvm_exit(spark, wait=lost or internal)
+    py4j_failed = isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError)
+    code = _jvm_exit(spark, wait=lost or internal or py4j_failed)
     if code == _JVM_OOM_EXIT or any(sign in _causes(exc) for sign in _OOM_SIGNS):
         return (
             f"Spark ran out of memory (--driver-memory {memory}): rerun with more, e.g. "
@@ -191,18 +197,34 @@ def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
     return f"the Spark job failed: {_first_line(exc, text)}"
 
 
+class _FromPy4j(logging.Filter):
+    """Records py4j logs itself, partly through the root logger (``logging.exception``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "/py4j/" not in record.pathname.replace("\\", "/")
+
+
+@contextmanager
+def _quiet_py4j() -> Iterator[None]:
+    """Leave py4j's tracebacks of a lost JVM connection unshown: the CLI's own one line
+    says what happened (out of memory, the JVM ended)."""
+    root, py4j = logging.getLogger(), logging.getLogger("py4j")
+    quiet = _FromPy4j()
+    root.addFilter(quiet)
+    disabled, py4j.disabled = py4j.disabled, True
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
+        py4j.disabled = disabled
+
+
 def _stop(spark: Any) -> None:
-    """Stop ``spark``; a JVM that is already gone (out of memory, killed) is not an error,
-    and py4j's logged traceback of its lost connection is not shown."""
+    """Stop ``spark``; a JVM that is already gone (out of memory, killed) is not an error."""
     from py4j.protocol import Py4JError
 
-    log = logging.getLogger("py4j")
-    disabled, log.disabled = log.disabled, True
-    try:
-        with suppress(Py4JError, OSError):
-            spark.stop()
-    finally:
-        log.disabled = disabled
+    with _quiet_py4j(), suppress(Py4JError, OSError):
+        spark.stop()
 
 
 def _run(action: Callable[[], Any], spark: Any = None, memory: str = "2g") -> Any:
@@ -216,7 +238,8 @@ def _run(action: Callable[[], Any], spark: Any = None, memory: str = "2g") -> An
     from .sources import SourceError
 
     try:
-        return action()
+        with _quiet_py4j():
+            return action()
     except (SourceError, MqstoreError) as exc:
         message = str(exc)
     except (PySparkException, Py4JError, OSError) as exc:

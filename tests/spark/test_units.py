@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -97,3 +98,14 @@ def test_a_task_out_of_memory_reported_as_an_internal_error_names_driver_memory(
     line = cli._spark_failure(failure, not_ours, "512m")
     assert says in line
     assert ("--driver-memory 512m" in line) == (says == "ran out of memory")
+
+
+def test_py4j_failing_to_call_into_a_jvm_exiting_out_of_memory_names_driver_memory() -> None:
+    """The JVM exiting with Spark's out-of-memory code (52) while py4j calls into it."""
+    from py4j.protocol import Py4JError
+
+    jvm = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(52)"])
+    ours = SimpleNamespace(sparkContext=SimpleNamespace(_gateway=SimpleNamespace(proc=jvm)))
+    failure = Py4JError("py4j.reflection.TypeUtil.isInstanceOf does not exist in the JVM")
+    line = cli._spark_failure(failure, ours, "512m")
+    assert "ran out of memory" in line and "--driver-memory 512m" in line
