@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection, Engine
 from mqstore import migrate
 from mqstore.errors import SchemaError, SchemaVersionError
 from tests.conftest import REPO
+from tests.migrations.alembic_cli import alembic
 
 ALL_TABLES = {
     "activemq_msgs",
@@ -67,15 +68,7 @@ def test_cli_downgrade_refuses_it_even_with_force(
 def test_alembic_cli_downgrade_refuses_it_too(
     dsn: str, engine: Engine, row_lock_holder: Connection
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "alembic", "-x", f"dsn={dsn}", "downgrade", "0001"],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = alembic("-x", f"dsn={dsn}", "downgrade", "0001")
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "locked by a running broker" in result.stderr.strip().splitlines()[-1]
@@ -91,25 +84,7 @@ def test_downgrade_of_a_prefix_with_no_schema_says_so_and_creates_nothing(engine
 def test_alembic_cli_downgrade_of_a_prefix_with_no_schema_creates_nothing(
     dsn: str, engine: Engine
 ) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "alembic",
-            "-x",
-            f"dsn={dsn}",
-            "-x",
-            "prefix=NOPE_",
-            "downgrade",
-            "base",
-        ],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = alembic("-x", f"dsn={dsn}", "-x", "prefix=NOPE_", "downgrade", "base")
     assert result.returncode != 0
     assert "nothing to downgrade" in result.stderr.strip().splitlines()[-1]
     assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES

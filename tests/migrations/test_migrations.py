@@ -15,6 +15,7 @@ from mqstore import migrate
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
 from mqstore.schema import build_schema
 from tests.conftest import FIXTURES, REPO, count_rows, load_activemq_fixture
+from tests.migrations.alembic_cli import alembic
 
 
 def _columns(engine: Engine, table: str) -> dict[str, tuple[str, bool, str | None]]:
@@ -232,15 +233,8 @@ def test_alembic_cli_from_another_directory_uses_this_checkout(
 ) -> None:
     """The environment imports mqstore; it must be the one beside these migrations, not
     whichever an installed package or the current directory provides."""
-    args = ["-c", str(REPO / "alembic.ini"), "-x", f"dsn={empty_dsn}", "upgrade", "head"]
-    up = subprocess.run(
-        [sys.executable, "-m", "alembic", *args],
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    config = str(REPO / "alembic.ini")
+    up = alembic("-c", config, "-x", f"dsn={empty_dsn}", "upgrade", "head", cwd=tmp_path)
     assert up.returncode == 0, up.stderr
     engine = sa.create_engine(empty_dsn.replace("postgresql://", "postgresql+psycopg://"))
     try:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import psycopg
@@ -18,7 +16,8 @@ from sqlalchemy.engine import Engine, make_url
 from mqstore import migrate
 from mqstore.db import create_engine, libpq_dsn
 from mqstore.errors import ConfigError, SchemaError
-from tests.conftest import REPO, Databases, count_rows, load_activemq_fixture
+from tests.conftest import Databases, count_rows, load_activemq_fixture
+from tests.migrations.alembic_cli import alembic
 
 _roles = itertools.count()
 
@@ -115,16 +114,7 @@ def test_upgrade_with_a_search_path_of_no_schema_says_so(empty_dsn: str) -> None
     ids=["quote", "space", "digit-first", "over-63-with-table-names"],
 )
 def test_alembic_cli_refuses_an_unusable_prefix_in_one_line(empty_dsn: str, prefix: str) -> None:
-    args = ["-x", f"dsn={empty_dsn}", "-x", f"prefix={prefix}", "upgrade", "head"]
-    result = subprocess.run(
-        [sys.executable, "-m", "alembic", *args],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = alembic("-x", f"dsn={empty_dsn}", "-x", f"prefix={prefix}", "upgrade", "head")
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "must start with a letter" in result.stderr.strip().splitlines()[-1]
@@ -168,16 +158,7 @@ def test_alembic_cli_upgrade_refuses_activemq_tables_in_one_line(empty_dsn: str)
     engine = create_engine(empty_dsn)
     try:
         load_activemq_fixture(engine)
-        args = ["-x", f"dsn={empty_dsn}", "upgrade", "head"]
-        result = subprocess.run(
-            [sys.executable, "-m", "alembic", *args],
-            cwd=REPO,
-            env={"PATH": "/usr/bin:/bin"},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = alembic("-x", f"dsn={empty_dsn}", "upgrade", "head")
         assert result.returncode != 0
         assert "Traceback" not in result.stderr
         assert "`mqstore db adopt`" in result.stderr.strip().splitlines()[-1]
