@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
+from journal.format import Position
 from journal.store import JournaledStore
 from mqstore.store import PostgresStore
+from tests.integration.conftest import msg
 
 JournaledFactory = Callable[..., JournaledStore]
 
@@ -33,3 +35,18 @@ def make_journaled(engine: Engine, tmp_path: Path) -> Iterator[JournaledFactory]
     yield make
     for store in stores:
         store.stop()
+
+
+def crashed_journal(
+    make_journaled: JournaledFactory, directory: Path, count: int, container: str
+) -> list[Position]:
+    """A journal in ``directory`` holding ``count`` adds to ``container`` (one record each)
+    that never reached the database: its store stopped as a crash leaves it. Returns the
+    end position of each record."""
+    store = make_journaled(directory)
+    ends = []
+    for i in range(count):
+        store.add([msg(container, i)])
+        ends.append(store.journal.position)
+    store.stop(checkpoint=False)
+    return ends

@@ -28,7 +28,7 @@ from mqstore.errors import MqstoreError
 from mqstore.store import PostgresStore
 from tests.conftest import Databases, count_rows
 from tests.integration.conftest import msg
-from tests.integration.journal.conftest import JournaledFactory
+from tests.integration.journal.conftest import JournaledFactory, crashed_journal
 
 Q = "queue://orders"
 
@@ -170,12 +170,7 @@ def test_a_record_found_unreadable_only_on_replay_is_refused_with_a_store_error(
     make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
 ) -> None:
     directory = tmp_path / "j"
-    store = make_journaled(directory)
-    ends = []
-    for i in range(3):
-        store.add([msg(Q, i)])
-        ends.append(store.journal.position)
-    store.stop(checkpoint=False)
+    ends = crashed_journal(make_journaled, directory, 3, Q)
     [segment] = directory.glob("*.wal")
     data = bytearray(segment.read_bytes())
     start, end = ends[0].offset, ends[1].offset

@@ -15,17 +15,14 @@ from sqlalchemy.engine import Engine
 from journal.support import JournalLeftRunningError
 from tests.conftest import count_rows
 from tests.integration.conftest import msg
-from tests.integration.journal.conftest import JournaledFactory
+from tests.integration.journal.conftest import JournaledFactory, crashed_journal
 
 Q = "queue://orders"
 
 
 def _left_running(make_journaled: JournaledFactory, directory: Path, count: int) -> str:
     """A journal whose broker acknowledged ``count`` adds and died before a checkpoint."""
-    store = make_journaled(directory)
-    for i in range(count):
-        store.add([msg(Q, i)])
-    store.stop(checkpoint=False)
+    crashed_journal(make_journaled, directory, count, Q)
     return (directory / "journal-id").read_text().strip()
 
 

@@ -24,7 +24,7 @@ from mqstore.errors import ConfigError
 from mqstore.store import PostgresStore
 from tests.conftest import count_rows
 from tests.integration.conftest import msg
-from tests.integration.journal.conftest import JournaledFactory
+from tests.integration.journal.conftest import JournaledFactory, crashed_journal
 
 Q = "queue://orders"
 REPO = Path(__file__).resolve().parents[3]
@@ -162,18 +162,11 @@ def test_journal_behind_the_database_is_refused(
         make_journaled(directory)
 
 
-def _crashed_journal(make_journaled: JournaledFactory, directory: Path, count: int) -> None:
-    store = make_journaled(directory)
-    for i in range(count):
-        store.add([msg(Q, i)])
-    store.stop(checkpoint=False)
-
-
 def test_torn_tail_at_every_offset_of_the_last_record(
     make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
 ) -> None:
     original = tmp_path / "original"
-    _crashed_journal(make_journaled, original, 3)
+    crashed_journal(make_journaled, original, 3, Q)
     [segment] = sorted(original.glob("*.wal"))
     data = segment.read_bytes()
     # The last record starts where a journal of the first two adds ends: measured on a
@@ -181,7 +174,7 @@ def test_torn_tail_at_every_offset_of_the_last_record(
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE activemq_msgs, mqstore_journal, mqstore_history"))
     probe = tmp_path / "probe"
-    _crashed_journal(make_journaled, probe, 2)
+    crashed_journal(make_journaled, probe, 2, Q)
     record = next(probe.glob("*.wal")).stat().st_size
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE activemq_msgs, mqstore_journal, mqstore_history"))
@@ -199,7 +192,7 @@ def test_mid_log_corruption_stops_start_up(
     make_journaled: JournaledFactory, tmp_path: Path
 ) -> None:
     directory = tmp_path / "j"
-    _crashed_journal(make_journaled, directory, 5)
+    crashed_journal(make_journaled, directory, 5, Q)
     [segment] = sorted(directory.glob("*.wal"))
     data = bytearray(segment.read_bytes())
     data[len(data) // 2] ^= 0x40
