@@ -18,6 +18,7 @@ from pyspark.sql import functions as sf
 
 from .archive_guard import history_archive
 from .decode import with_decoded
+from .durable import write_atomically
 from .report_html import render
 from .sources import (
     inspect_database,
@@ -328,8 +329,8 @@ def audit(
     report["prefix"] = prefix
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "audit.json").write_text(json.dumps(report, indent=2, default=str, sort_keys=True))
-    (out / "audit.html").write_text(render(report))
+    write_atomically(out / "audit.json", json.dumps(report, indent=2, default=str, sort_keys=True))
+    write_atomically(out / "audit.html", render(report))
     return report
 
 

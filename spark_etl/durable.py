@@ -18,6 +18,21 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that a reader, or the disk after a crash, sees the
+    old file or the whole new one, never a part."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_path(path.parent)
+
+
 def fsync_all(paths: Iterable[Path]) -> None:
     """fsync each of ``paths`` and every directory holding one, once each."""
     done: set[Path] = set()

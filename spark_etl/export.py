@@ -56,7 +56,7 @@ from .archive_guard import (
     load_watermarks,
 )
 from .decode import with_decoded
-from .durable import fsync_all, fsync_path, fsync_tree
+from .durable import fsync_all, fsync_path, fsync_tree, write_atomically
 from .history import DEFAULT_WINDOW, HISTORY_COLUMNS, derive_removals, fetch_late_rows, read_history
 from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
 from .sources import (
@@ -141,13 +141,7 @@ def export_lock(out_dir: str | os.PathLike[str]) -> Iterator[ExportLock]:
 
 
 def _write_watermarks(out_dir: Path, marks: dict[str, Any]) -> None:
-    tmp = out_dir / f".{WATERMARKS}.tmp"
-    with tmp.open("w") as fh:
-        json.dump(marks, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, out_dir / WATERMARKS)
-    fsync_path(out_dir)
+    write_atomically(out_dir / WATERMARKS, json.dumps(marks, indent=2, sort_keys=True))
 
 
 def _tagged_files(root: Path, run_id: str) -> list[Path]:

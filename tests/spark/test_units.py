@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from spark_etl import cli, session
 from spark_etl.decode import decode_msg
+from spark_etl.durable import write_atomically
 from spark_etl.report_html import bar_chart
 from spark_etl.sources import SourceError, jdbc_source
 
@@ -109,3 +110,15 @@ def test_py4j_failing_to_call_into_a_jvm_exiting_out_of_memory_names_driver_memo
     failure = Py4JError("py4j.reflection.TypeUtil.isInstanceOf does not exist in the JVM")
     line = cli._spark_failure(failure, ours, "512m")
     assert "ran out of memory" in line and "--driver-memory 512m" in line
+
+
+def test_a_report_write_that_fails_leaves_the_previous_report_whole(tmp_path: Path) -> None:
+    # What a monitor reading audit.json (or the disk after a crash) must never see: a part.
+    report = tmp_path / "audit.json"
+    report.write_text('{"violations": []}')
+    with pytest.raises(UnicodeEncodeError):
+        write_atomically(report, '{"violations": ["\udc80"]}')  # fails halfway through
+    assert report.read_text() == '{"violations": []}'
+    assert [p.name for p in tmp_path.iterdir()] == ["audit.json"]
+    write_atomically(report, '{"violations": ["late"]}')
+    assert report.read_text() == '{"violations": ["late"]}'
