@@ -3,7 +3,9 @@
 The DSN comes from (in order) a connection handed in by the caller
 (``config.attributes["connection"]``, Alembic's shared-connection recipe), ``-x dsn=...``,
 ``MQSTORE_DSN``, or ``sqlalchemy.url``. The table prefix from ``config.attributes``,
-``-x prefix=...`` or ``MQSTORE_TABLE_PREFIX``. Each prefix has its own version table
+``-x prefix=...`` or ``MQSTORE_TABLE_PREFIX``. ``alembic downgrade`` refuses while a broker
+holds the lock row or the master lease; ``-x force=true`` goes ahead under a stale lease
+(never under a held row lock). Each prefix has its own version table
 (``<prefix>mqstore_version``), so several brokers' tables can live in one schema.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from alembic import context
 from sqlalchemy import create_engine, pool
@@ -67,12 +70,22 @@ def _alembic_command() -> str:
     return str(getattr(cmd[0], "__name__", "")) if cmd else ""
 
 
+def _refuse_downgrade(connection: Connection, prefix: str) -> None:
+    from mqstore.migrate import refuse_downgrade
+
+    forced = _x.get("force", "").lower() in ("1", "true", "yes")
+    refuse_downgrade(connection, prefix, lease_override=None if forced else "-x force=true")
+
+
 def _run(connection: Connection, *, from_cli: bool) -> None:
     from mqstore.errors import SchemaError
-    from mqstore.migrate import refuse_downgrade, refuse_unmanaged_tables
+    from mqstore.migrate import refuse_unmanaged_tables
     from mqstore.migration_guards import lock_migrations
 
-    checks = {"upgrade": refuse_unmanaged_tables, "downgrade": refuse_downgrade}
+    checks: dict[str, Callable[[Connection, str], None]] = {
+        "upgrade": refuse_unmanaged_tables,
+        "downgrade": _refuse_downgrade,
+    }
     _configure(connection=connection)
     with context.begin_transaction():
         lock_migrations(connection, _prefix())  # another migration of the prefix goes first

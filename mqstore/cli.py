@@ -187,29 +187,10 @@ def db_downgrade(
             )
         settings = _settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
-            if not force:
-                _refuse_under_live_master(database.engine, settings.table_prefix)
-            migrate.downgrade(database.engine, settings.table_prefix, revision)
+            migrate.downgrade(database.engine, settings.table_prefix, revision, force=force)
         console.print(f"database downgraded to {revision}")
 
     _run(body)
-
-
-def _refuse_under_live_master(engine: sa.Engine, prefix: str) -> None:
-    """Raise unless no broker holds the lease on this database's lock row."""
-    from mqstore.lock import read_lock
-    from mqstore.schema import build_schema
-
-    schema = build_schema(prefix)
-    with engine.connect() as conn:
-        if not sa.inspect(conn).has_table(schema.lock.name):
-            return
-        status = read_lock(conn, schema)
-    if status.live():
-        raise MqstoreError(
-            f"{schema.lock.name} is {status.describe()}: stop that broker first "
-            "(or pass --force if it is gone and its lease is stale)"
-        )
 
 
 @db_app.command("check")

@@ -22,6 +22,7 @@ from mqstore.migration_guards import (
     BROKER_PRIVILEGES,
     database_errors,
     lock_migrations,
+    refuse_live_lease,
     refuse_row_locked,
     require_privileges,
 )
@@ -101,24 +102,31 @@ def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
         )
 
 
-def downgrade(engine: Engine, prefix: str = "", revision: str = "base") -> None:
-    """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table)."""
+def downgrade(
+    engine: Engine, prefix: str = "", revision: str = "base", *, force: bool = False
+) -> None:
+    """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table);
+    ``force`` goes ahead under a live master lease (never under a held row lock)."""
     with (
         database_errors("downgrade"),
         engine.begin() as conn,
         _revision_errors(conn, prefix, revision),
     ):
         lock_migrations(conn, prefix)
-        refuse_downgrade(conn, prefix)
+        refuse_downgrade(conn, prefix, lease_override=None if force else "--force")
         command.downgrade(alembic_config(prefix, conn), revision)
 
 
-def refuse_downgrade(conn: Connection, prefix: str = "") -> None:
+def refuse_downgrade(
+    conn: Connection, prefix: str = "", *, lease_override: str | None = "--force"
+) -> None:
     """Raise when there is nothing to downgrade (alembic would make an empty version table)
     or a live broker holds the lock row in an open transaction (mqstore's ``--lock row``,
     ActiveMQ's default locker): dropping its tables would either pull them from under it or
-    wait for it forever while blocking its every query. Otherwise keep the row locked until
-    the downgrade commits, so no broker starts meanwhile."""
+    wait for it forever while blocking its every query. Also raise while a broker holds the
+    master lease (``--lock lease``), unless ``lease_override`` (the option that skips this
+    check, named in the error) is None. Otherwise keep the row locked until the downgrade
+    commits, so no broker starts or renews meanwhile."""
     if current_revision(conn, prefix) is None:
         where = conn.execute(sa.text("SELECT current_schema()")).scalar()
         raise SchemaVersionError(
@@ -126,6 +134,8 @@ def refuse_downgrade(conn: Connection, prefix: str = "") -> None:
             f"schema {where}; check --table-prefix (and the DSN's search_path)"
         )
     refuse_row_locked(conn, prefix)
+    if lease_override is not None:
+        refuse_live_lease(conn, prefix, override=lease_override)
 
 
 def known_revisions() -> list[str]:

@@ -1,5 +1,6 @@
 """Guards around a migration: one migration of a prefix at a time, the role's privileges,
-a live broker's row lock, and PostgreSQL's refusals a user can fix, each as one line."""
+a live broker's row lock or lease, and PostgreSQL's refusals a user can fix, each as one
+line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from mqstore.errors import SchemaError
+from mqstore.lock.status import read_lock
 from mqstore.schema import build_schema, version_table_name
 
 _LOCK_NOT_AVAILABLE = "55P03"
@@ -78,6 +80,23 @@ def refuse_row_locked(conn: Connection, prefix: str = "") -> None:
             f"{lock.name} is locked by a running broker (mqstore's --lock row or ActiveMQ's "
             "database locker), nothing was changed: stop that broker first"
         ) from None
+
+
+def refuse_live_lease(conn: Connection, prefix: str, *, override: str) -> None:
+    """Raise when a broker holds the master lease on the lock row (mqstore's ``--lock
+    lease``), which takes no database lock a downgrade could see; ``override`` names the
+    option that goes ahead when that broker is gone and its lease merely stale."""
+    schema = build_schema(prefix)
+    if schema.lock.name not in set(sa.inspect(conn).get_table_names()):
+        return
+    if conn.execute(sa.select(schema.lock.c.id).where(schema.lock.c.id == 1)).first() is None:
+        return
+    status = read_lock(conn, schema)
+    if status.live():
+        raise SchemaError(
+            f"{schema.lock.name} is {status.describe()}, nothing was changed: stop that broker "
+            f"first (or pass {override} if it is gone and its lease is stale)"
+        )
 
 
 #: SQLSTATEs a user causes with the DSN (its role, search_path, server), and what to do.

@@ -1,11 +1,12 @@
 """`db downgrade` refusals, before any table is dropped or made: while a broker holds
-ACTIVEMQ_LOCK's row lock (mqstore's ``--lock row``, ActiveMQ's default database locker), and
-for a prefix that has no schema."""
+ACTIVEMQ_LOCK's row lock (mqstore's ``--lock row``, ActiveMQ's default database locker) or
+its master lease (``--lock lease``), and for a prefix that has no schema."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -35,6 +36,39 @@ def row_lock_holder(engine: Engine) -> Iterator[Connection]:
         conn.execute(sa.text("SELECT * FROM activemq_lock WHERE id = 1 FOR UPDATE"))
         yield conn
         conn.rollback()
+
+
+@pytest.fixture
+def live_lease(engine: Engine) -> None:
+    """The lock row as a ``--lock lease`` master leaves it: its name, a lease a minute ahead."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE activemq_lock SET broker_name = 'live-one', time = :t"),
+            {"t": int(time.time() * 1000) + 60_000},
+        )
+
+
+def test_downgrade_refuses_while_a_broker_holds_the_lease(engine: Engine, live_lease: None) -> None:
+    with pytest.raises(SchemaError, match=r"held by live-one .*stop that broker first"):
+        migrate.downgrade(engine, revision="0001")
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+    migrate.downgrade(engine, revision="0001", force=True)
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn) == "0001"
+
+
+def test_alembic_cli_downgrade_refuses_a_live_lease_unless_forced(
+    dsn: str, engine: Engine, live_lease: None
+) -> None:
+    refused = alembic("-x", f"dsn={dsn}", "downgrade", "base")
+    assert refused.returncode != 0
+    assert "Traceback" not in refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert "held by live-one" in last and "-x force=true" in last
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+    forced = alembic("-x", f"dsn={dsn}", "-x", "force=true", "downgrade", "base")
+    assert forced.returncode == 0, forced.stderr
+    assert set(sa.inspect(engine).get_table_names()) == {"mqstore_version"}
 
 
 def test_downgrade_refuses_while_a_broker_holds_the_row_lock(
