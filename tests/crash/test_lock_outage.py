@@ -198,8 +198,8 @@ def test_a_journaled_broker_killed_in_an_outage_restarts_under_its_own_name(
 
     def journaled() -> MqstoreServer:
         return MqstoreServer(
-            private_pg.dsn, tmp_path, name="jb", journal=True, lease_ms=4000, renew_ms=1000
-        )
+            private_pg.dsn, tmp_path, name="jb", journal=True, lease_ms=10_000, renew_ms=1000
+        )  # a lease that outlives the database's restart and the new process's start-up
 
     server = journaled().start()
     again = journaled()
@@ -211,7 +211,7 @@ def test_a_journaled_broker_killed_in_an_outage_restarts_under_its_own_name(
         [(holder, expiry)] = private_pg.query("SELECT broker_name, time FROM activemq_lock")
         assert holder == "jb" and isinstance(expiry, int)
         again.start(wait=False)
-        again.wait_serving(timeout=20)  # not "held by jb ... Stop the other broker"
+        again.wait_serving(timeout=40)  # not "held by jb ... Stop the other broker"
         assert time.time() * 1000 >= expiry, "took a lease its old run may still hold"
         assert "waiting for that lease to expire" in again.log_text()
         assert sorted(drain(again.port, QUEUE)) == ["j1", "j2"]
