@@ -7,6 +7,7 @@ reads push ``ID > watermark`` down to PostgreSQL.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
     from mqstore.archive import Identity
 
 DEFAULT_FETCHSIZE = 10_000
+#: Bytes of rows one JDBC fetch may hold: pgjdbc keeps a whole fetch in the heap, so
+#: 10 000 rows of 1 MiB messages would be 10 GiB per partition.
+FETCH_BUFFER_BYTES = 64 * 1024 * 1024
+#: The column whose widest value sets how many rows of a table one fetch holds.
+_WIDE_COLUMNS = {"ACTIVEMQ_MSGS": "msg", "MQSTORE_HISTORY": "msg"}
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
 _DROPPED_PARAMS = {"host", "hostaddr", "port", "user", "password", "dbname"}
 
@@ -190,17 +196,40 @@ def table_exists(spark: SparkSession, src: JdbcSource, base: str) -> bool:
     return bool(row and row["present"])
 
 
+def rows_per_fetch(widest: int | None, most: int = DEFAULT_FETCHSIZE) -> int:
+    """Rows one fetch may hold when the widest value is ``widest`` bytes (at least one)."""
+    if not widest:
+        return most
+    return max(1, min(most, FETCH_BUFFER_BYTES // widest))
+
+
+def _sized(src: JdbcSource, widest: int | None) -> JdbcSource:
+    return dataclasses.replace(src, fetchsize=rows_per_fetch(widest, src.fetchsize))
+
+
+def _widest(base: str) -> str:
+    """SQL for the widest value of ``base``'s wide column (its stored size: PostgreSQL reads
+    it from the value's header, without fetching the value itself)."""
+    column = _WIDE_COLUMNS.get(base)
+    return f"max(octet_length({column}))" if column else "NULL::bigint"
+
+
 def key_bounds(
     spark: SparkSession, src: JdbcSource, base: str, key: str, after: int | None = None
-) -> tuple[int | None, int | None]:
-    """MIN and MAX of ``key`` (above ``after`` when given); (None, None) for no rows."""
+) -> tuple[int | None, int | None, int | None]:
+    """MIN and MAX of ``key`` (above ``after`` when given) and the widest value of the
+    table's wide column among those rows; all None for no rows."""
     where = f" WHERE {key} > {int(after)}" if after is not None else ""
     row = read_query(
-        spark, src, f"SELECT min({key}) AS lo, max({key}) AS hi FROM {src.table(base)}{where}"
+        spark,
+        src,
+        f"SELECT min({key}) AS lo, max({key}) AS hi, {_widest(base)} AS widest "
+        f"FROM {src.table(base)}{where}",
     ).first()
     if row is None or row["lo"] is None:
-        return None, None
-    return int(row["lo"]), int(row["hi"])
+        return None, None, None
+    widest = None if row["widest"] is None else int(row["widest"])
+    return int(row["lo"]), int(row["hi"]), widest
 
 
 def default_partitions(spark: SparkSession) -> int:
@@ -223,10 +252,12 @@ def read_ranged(
 
     The bounds come from MIN/MAX of the rows above ``after``; ``lowerBound`` is
     ``after + 1`` so no partition is spent on rows already exported. The key filters
-    are pushed down to PostgreSQL.
+    are pushed down to PostgreSQL. Each fetch holds at most ``FETCH_BUFFER_BYTES`` of the
+    widest row (:func:`rows_per_fetch`).
     """
-    lo, hi = key_bounds(spark, src, base, key, after)
-    reader = spark.read.format("jdbc").options(**src.options()).option("dbtable", src.table(base))
+    lo, hi, widest = key_bounds(spark, src, base, key, after)
+    sized = _sized(src, widest)
+    reader = spark.read.format("jdbc").options(**sized.options()).option("dbtable", src.table(base))
     n = partitions or default_partitions(spark)
     if lo is not None and hi is not None and hi > lo and n > 1:
         hi_bound = min(hi, upto) if upto is not None else hi
@@ -253,7 +284,10 @@ def read_keys(
     """Rows of ``base`` whose ``key`` is one of ``keys`` (stragglers, so a short list)."""
     table = src.table(base)
     id_list = ",".join(str(int(k)) for k in keys) or "NULL"
-    return read_query(spark, src, f"SELECT * FROM {table} WHERE {key} IN ({id_list})")
+    where = f"WHERE {key} IN ({id_list})"
+    row = read_query(spark, src, f"SELECT {_widest(base)} AS widest FROM {table} {where}").first()
+    widest = None if row is None or row["widest"] is None else int(row["widest"])
+    return read_query(spark, _sized(src, widest), f"SELECT * FROM {table} {where}")
 
 
 def read_msgs(
@@ -291,6 +325,7 @@ def read_lock(spark: SparkSession, src: JdbcSource) -> DataFrame:
 
 __all__ = [
     "DEFAULT_FETCHSIZE",
+    "FETCH_BUFFER_BYTES",
     "SNAPSHOT_COLUMNS",
     "JdbcSource",
     "SourceError",
@@ -305,5 +340,6 @@ __all__ = [
     "read_query",
     "read_ranged",
     "read_table",
+    "rows_per_fetch",
     "table_exists",
 ]

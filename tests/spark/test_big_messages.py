@@ -1,5 +1,6 @@
-"""A message too big for the export's memory: one line saying what to raise, nothing
-committed, and a rerun with more memory exports it once."""
+"""Big messages and the export's memory: many that together exceed the heap are read a
+few at a time; one too big for it gives one line saying what to raise, nothing committed,
+and a rerun with more memory exports it once."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from tests.spark.conftest import dsn_of, execute
 BODY_BYTES = 40 * 1024 * 1024
 
 
-def _store_big_message(engine: Engine) -> None:
+def _store_big_messages(engine: Engine, count: int, body_bytes: int) -> None:
+    """``count`` rows (IDs 1..count) holding one message of ``body_bytes`` characters."""
     msg = text_message(
-        "x" * BODY_BYTES,
+        "x" * body_bytes,
         destination="queue://BIG",
         producer_id="ID:big-1-2-3:1:1",
         sequence=1,
@@ -28,8 +30,16 @@ def _store_big_message(engine: Engine) -> None:
     execute(
         engine,
         "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
-        " priority) VALUES (1, 'queue://BIG', :p, 1, 0, :m, 0)",
-        {"p": msg.msgid_prod, "m": encode(msg)},
+        " priority) SELECT g, 'queue://BIG', :p, g, 0, :m, 0 FROM generate_series(1, :n) g",
+        {"p": msg.msgid_prod, "m": encode(msg), "n": count},
+    )
+
+
+def _archived_ids(out: Path) -> list[int]:
+    return sorted(
+        i
+        for f in out.glob("messages/**/*.parquet")
+        for i in pq.read_table(f, columns=["id"])["id"].to_pylist()
     )
 
 
@@ -41,10 +51,27 @@ def _own_tracebacks(stderr: str) -> list[str]:
     return [b for b in blocks if "pyspark/daemon.py" not in b.split("\n", 2)[1]]
 
 
+def test_messages_that_together_exceed_the_heap_are_exported_and_audited(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # 150 messages of 4 MiB: 600 MiB, more than the whole 512 MiB heap if one fetch, one
+    # Parquet buffer or the audit's cached rows held them all.
+    _store_big_messages(engine, 150, 4 * 1024 * 1024)
+    small = ("--dsn", dsn_of(engine), "--master", "local[1]", "--driver-memory", "512m")
+    out = tmp_path / "archive"
+    exported = mqstore("export", "--out", str(out), *small)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert _archived_ids(out) == list(range(1, 151))
+    audited = mqstore("audit", "--out", str(tmp_path / "audit"), *small)
+    assert audited.returncode == 0, audited.stderr[-3000:]
+    report = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert report["counts"]["messages"] == 150
+
+
 def test_out_of_memory_is_one_line_and_a_rerun_with_more_exports_once(
     engine: Engine, tmp_path: Path
 ) -> None:
-    _store_big_message(engine)
+    _store_big_messages(engine, 1, BODY_BYTES)
     out = tmp_path / "archive"
     args = ("export", "--dsn", dsn_of(engine), "--out", str(out), "--master", "local[1]")
 
@@ -58,12 +85,7 @@ def test_out_of_memory_is_one_line_and_a_rerun_with_more_exports_once(
 
     enough = mqstore(*args, "--driver-memory", "2g")
     assert enough.returncode == 0, enough.stderr[-3000:]
-    ids = [
-        i
-        for f in out.glob("messages/**/*.parquet")
-        for i in pq.read_table(f, columns=["id"])["id"].to_pylist()
-    ]
-    assert ids == [1]
+    assert _archived_ids(out) == [1]
     assert json.loads((out / "_watermarks.json").read_text())["msgs_max_id"] == 1
 
 
