@@ -37,7 +37,7 @@ Dsn = Annotated[
     typer.Option(
         "--dsn",
         envvar="MQSTORE_DSN",
-        help="postgresql://USER[:PW]@HOST[:PORT]/DB (TCP: JDBC cannot read the embedded store)",
+        help="postgresql://USER[:PW]@HOST[:PORT]/DB; unset: the embedded store in ./mqstore-data",
         show_default=False,
     ),
 ]
@@ -253,11 +253,15 @@ def _run(action: Callable[[], Any], spark: Any = None, memory: str = "2g") -> An
     raise _fail(f"error: {message}")
 
 
-def _given_dsn(dsn: str | None) -> str:
-    """``dsn``, or a one-line error saying which DSN to give (exit code 1).
+def _source(dsn: str | None, master: str | None, held: ExitStack) -> str:
+    """The DSN the job reads: ``dsn``, or else the embedded store's (``mqstore serve``
+    with no DSN) through a loopback endpoint held open by ``held``; a one-line error
+    (exit code 1) when there is neither.
 
-    Without a DSN the other commands use the embedded store (``mqstore serve``), but it
-    listens on a Unix socket only and the PostgreSQL JDBC driver speaks TCP only.
+    The embedded server listens on a Unix socket only, and the PostgreSQL JDBC driver
+    speaks TCP only: the endpoint (:class:`mqstore.embedded.LoopbackEndpoint`) listens on
+    127.0.0.1 for this job alone (a random password) and its sessions are read-only.
+    Started here when no broker runs on the store, the server stops again with the job.
     """
     if dsn:
         return dsn
@@ -266,18 +270,27 @@ def _given_dsn(dsn: str | None) -> str:
     # mqstore.settings' data_dir (not imported: it pulls in the journal, which the Spark
     # jobs must not import)
     data_dir = Path(os.environ.get("MQSTORE_DATA_DIR") or EMBEDDED_DATA_DIR)
-    if store_exists(data_dir):
-        shown = data_dir if data_dir.is_absolute() else f"./{data_dir}"
+    if not store_exists(data_dir):
         raise _fail(
-            f"error: no --dsn given, and Spark cannot read the embedded store in {shown} (it "
-            "listens on a Unix socket; the JDBC driver needs TCP): pass --dsn (or set "
-            "MQSTORE_DSN) of a PostgreSQL reachable over TCP, e.g. the one a broker runs on "
-            "with `mqstore serve --dsn postgresql://USER@HOST:5432/DB`"
+            "error: no --dsn given and no embedded store in "
+            f"{data_dir if data_dir.is_absolute() else f'./{data_dir}'}: pass --dsn "
+            "postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME (or set MQSTORE_DSN) of the "
+            "database the broker stores in"
         )
-    raise _fail(
-        "error: no --dsn given: pass --dsn postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME "
-        "(or set MQSTORE_DSN) of the database the broker stores in"
-    )
+    if master is not None and not master.startswith("local"):
+        raise _fail(
+            f"error: --master {master}: the embedded store in {data_dir} is reachable from "
+            "this machine only; run with a local master (local[*] is the default) or pass "
+            "--dsn of a PostgreSQL the cluster can reach"
+        )
+    from mqstore.embedded import EmbeddedPostgres, LoopbackEndpoint
+
+    server = EmbeddedPostgres(data_dir, stop_on_close=True)
+    held.callback(server.close)
+    _run(server.start)
+    assert server.socket_path is not None
+    endpoint = held.enter_context(LoopbackEndpoint(str(server.socket_path)))
+    return endpoint.dsn()
 
 
 def _writable(out: Path) -> None:
@@ -323,11 +336,11 @@ def export_command(
     from rich.progress import Progress
     from rich.table import Table
 
-    source = _given_dsn(dsn)
-    identity = _preflight(source, table_prefix, out, EXPORT_TABLES)
     from .export import STEPS, check_archive, export, export_lock
 
-    with ExitStack() as held:  # the directory's lock: taken before Spark starts, held to the end
+    with ExitStack() as held:  # the source and the directory's lock, held to the end
+        source = _source(dsn, master, held)
+        identity = _preflight(source, table_prefix, out, EXPORT_TABLES)
         lock = _run(lambda: held.enter_context(export_lock(out)))
         _run(lambda: check_archive(lock.directory, identity, table_prefix))
         spark = _session(master, driver_memory)
@@ -405,33 +418,34 @@ def audit_command(
     ] = None,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
-    source = _given_dsn(dsn)
-    identity = _preflight(source, table_prefix, out, AUDIT_TABLES)
-    from .archive_guard import history_archive
+    with ExitStack() as held:  # the source, held until Spark has stopped
+        source = _source(dsn, master, held)
+        identity = _preflight(source, table_prefix, out, AUDIT_TABLES)
+        from .archive_guard import history_archive
 
-    _run(lambda: _writable(out))  # before Spark starts
-    _run(lambda: history_archive(out, archive, identity, table_prefix))
-    spark = _session(master, driver_memory)
-    from .audit import Thresholds, audit
+        _run(lambda: _writable(out))  # before Spark starts
+        _run(lambda: history_archive(out, archive, identity, table_prefix))
+        spark = _session(master, driver_memory)
+        from .audit import Thresholds, audit
 
-    limits = Thresholds(
-        max_depth=max_depth,
-        max_backlog=max_backlog,
-        max_pending_age_s=max_pending_age,
-        max_expired=max_expired,
-        max_in_doubt=max_in_doubt,
-        max_undecodable=max_undecodable,
-        max_duplicates=max_duplicates,
-        max_lease_age_s=max_lease_age,
-    )
-    try:
-        report = _run(
-            lambda: audit(spark, source, out, table_prefix, limits, archive=archive),
-            spark,
-            driver_memory,
+        limits = Thresholds(
+            max_depth=max_depth,
+            max_backlog=max_backlog,
+            max_pending_age_s=max_pending_age,
+            max_expired=max_expired,
+            max_in_doubt=max_in_doubt,
+            max_undecodable=max_undecodable,
+            max_duplicates=max_duplicates,
+            max_lease_age_s=max_lease_age,
         )
-    finally:
-        _stop(spark)
+        try:
+            report = _run(
+                lambda: audit(spark, source, out, table_prefix, limits, archive=archive),
+                spark,
+                driver_memory,
+            )
+        finally:
+            _stop(spark)
     counts = report["counts"]
     typer.echo(
         f"{counts['messages']} messages in {len(report['destinations'])} destinations, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mqstore.embedded.account import SERVER_USER
 from mqstore.embedded.cluster import store_exists
+from mqstore.embedded.loopback import LoopbackEndpoint
 from mqstore.embedded.server import EmbeddedPostgres
 
-__all__ = ["SERVER_USER", "EmbeddedPostgres", "store_exists"]
+__all__ = ["SERVER_USER", "EmbeddedPostgres", "LoopbackEndpoint", "store_exists"]

@@ -61,6 +61,7 @@ class EmbeddedPostgres:
         self._stop_on_close = stop_on_close
         self._account: ServerAccount | None = None
         self._users_fd: int | None = None
+        self.socket_path: Path | None = None  #: the server's Unix socket, once started
 
     # -- start -------------------------------------------------------------------------
 
@@ -104,6 +105,7 @@ class EmbeddedPostgres:
         finally:
             os.close(start_lock)  # releases the flock
         socket_dir = running.socket_dir or self.data_dir
+        self.socket_path = Path(socket_dir) / f".s.PGSQL.{running.port}"
         uri = f"postgresql://postgres:@/postgres?host={quote(str(socket_dir), safe='/')}"
         if running.port != 5432:
             uri += f"&port={running.port}"
