@@ -13,7 +13,15 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from mqstore.store.model import Cursor, StoredMessage, Subscription, SubscriptionKey
+from mqstore.statements import bytes_bounded_page
+from mqstore.store.model import (
+    NO_BYTE_BOUND,
+    Cursor,
+    StoredMessage,
+    Subscription,
+    SubscriptionKey,
+    within_bytes,
+)
 from mqstore.store.postgres import PostgresStore
 
 __all__ = ["DatabaseView", "merge_rows"]
@@ -28,8 +36,16 @@ def merge_rows(
     mem: Sequence[StoredMessage],
     limit: int,
     updates: dict[int, bytes],
+    max_bytes: int | None = None,
 ) -> list[StoredMessage]:
-    """Database rows and memory adds in delivery order, each ID once, at most ``limit``."""
+    """Database rows and memory adds in delivery order, each ID once, at most ``limit``
+    and bounded by ``max_bytes`` (:func:`~mqstore.store.model.within_bytes`).
+
+    When ``db`` may have stopped short (``limit`` rows, or as many bytes as the bound), no
+    memory add sorting after its last row is returned: a database row may lie between."""
+    stopped_short = len(db) >= limit or (
+        max_bytes is not None and sum(len(r.msg) for r in db) >= max_bytes
+    )
     by_id: dict[int, StoredMessage] = {}
     for row in db:
         body = updates.get(row.id)
@@ -37,7 +53,10 @@ def merge_rows(
     for row in mem:
         by_id[row.id] = row
     rows = sorted(by_id.values(), key=lambda r: (-r.priority, r.id))
-    return rows[:limit]
+    if stopped_short and db:
+        last = (-db[-1].priority, db[-1].id)
+        rows = [r for r in rows if (-r.priority, r.id) <= last]
+    return within_bytes(rows[:limit], max_bytes)
 
 
 class DatabaseView:
@@ -72,15 +91,16 @@ class DatabaseView:
         limit: int,
         bound: int,
         excl: list[int],
+        max_bytes: int | None = None,
         floors: dict[int, int] | None = None,
     ) -> list[StoredMessage]:
-        """Visible rows after ``after`` in delivery order, removed IDs left out."""
+        """Visible rows after ``after`` in delivery order, removed IDs left out, bounded
+        by ``limit`` and ``max_bytes``."""
         join, params = self._floors(floors)
-        sql = (
-            f"SELECT {_COLS} FROM {self.m} m{join} WHERE m.container = :container "
+        sql = bytes_bounded_page(
+            f"FROM {self.m} m{join} WHERE m.container = :container "
             f"AND m.xid IS NULL AND m.id < :bound AND m.id <> ALL({_IDS}) "
             "AND (- m.priority, m.id) > (:neg_priority, :after_id) "
-            "ORDER BY - m.priority, m.id LIMIT :limit"
         )
         params.update(
             container=container,
@@ -89,6 +109,7 @@ class DatabaseView:
             neg_priority=-after.priority,
             after_id=after.id,
             limit=limit,
+            max_bytes=NO_BYTE_BOUND if max_bytes is None else max_bytes,
         )
         return self._rows(sql, params)
 

@@ -63,11 +63,13 @@ class MergedReads:
                 {i: b for i, (c, b) in state.updates.items() if c == container},
             )
 
-    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
+    def page(
+        self, container: str, after: Cursor | None, limit: int, max_bytes: int | None = None
+    ) -> list[StoredMessage]:
         cursor = after or FIRST
         bound, mem, excl, purged, upd = self._snapshot(container, cursor, limit)
-        db = [] if purged else self.db.page(container, cursor, limit, bound, excl)
-        return merge_rows(db, mem, limit, upd)
+        db = [] if purged else self.db.page(container, cursor, limit, bound, excl, max_bytes)
+        return merge_rows(db, mem, limit, upd, max_bytes)
 
     def get(self, message_id: int) -> StoredMessage | None:
         with self._lock:
@@ -158,7 +160,7 @@ class MergedReads:
         return sorted(out, key=lambda s: (s.key.container, s.key.client_id, s.key.sub_name))
 
     def page_subscription(
-        self, key: SubscriptionKey, after: Cursor | None, limit: int
+        self, key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
         found = self._positions(key)
         if found is None:
@@ -166,8 +168,12 @@ class MergedReads:
         floors = found[1]
         cursor = after or FIRST
         bound, mem, excl, purged, upd = self._snapshot(key.container, cursor, limit, floors)
-        db = [] if purged else self.db.page(key.container, cursor, limit, bound, excl, floors)
-        return merge_rows(db, mem, limit, upd)
+        db = (
+            []
+            if purged
+            else self.db.page(key.container, cursor, limit, bound, excl, max_bytes, floors)
+        )
+        return merge_rows(db, mem, limit, upd, max_bytes)
 
     def pending_count(self, key: SubscriptionKey) -> int:
         found = self._positions(key)

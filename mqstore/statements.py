@@ -196,6 +196,26 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     return sa.text(f"WITH {', '.join(ctes)} SELECT {found}, {removed}")
 
 
+PAGE_COLUMNS = "id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid"
+
+
+def bytes_bounded_page(source: str) -> str:
+    """A page query over ``source`` (``FROM ... m ... WHERE ...``): at most ``:limit`` rows
+    in delivery order, and of those only the rows whose predecessors' MSG bytes stay below
+    ``:max_bytes`` (a running sum over the same index range scan: rows past the bound are
+    never sent, and ``octet_length`` reads no out-of-line body)."""
+    cols = ", ".join(f"m.{c}" for c in PAGE_COLUMNS.split(", "))
+    return (
+        f"SELECT {PAGE_COLUMNS} FROM (SELECT {cols}, - m.priority AS neg_priority, "
+        "sum(coalesce(octet_length(m.msg), 0)) "
+        "OVER (ORDER BY - m.priority, m.id ROWS UNBOUNDED PRECEDING) "
+        "- coalesce(octet_length(m.msg), 0) AS bytes_before "
+        + source
+        + "ORDER BY - m.priority, m.id LIMIT :limit) p "
+        "WHERE bytes_before < :max_bytes ORDER BY neg_priority, id"
+    )
+
+
 @lru_cache(maxsize=16)
 def statements_for(prefix: str = "") -> Statements:
     """Build (once) the statements for ``prefix``."""
@@ -228,17 +248,15 @@ def statements_for(prefix: str = "") -> Statements:
             )
         ),
         page_queue=sa.text(
-            f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
-            f"FROM {m} WHERE container = :container AND xid IS NULL AND id < :bound "
-            "AND (- priority, id) > (:neg_priority, :after_id) "
-            "ORDER BY - priority, id LIMIT :limit"
+            bytes_bounded_page(
+                f"FROM {m} m WHERE m.container = :container AND m.xid IS NULL "
+                "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
+            )
         ),
         page_subscription=sa.text(
-            "SELECT m.id, m.container, m.msgid_prod, m.msgid_seq, m.expiration, m.priority, "
-            "m.msg, m.xid "
-            + pending
-            + "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
-            "ORDER BY - m.priority, m.id LIMIT :limit"
+            bytes_bounded_page(
+                pending + "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
+            )
         ),
         count_queue=sa.text(
             f"SELECT count(*) FROM {m} WHERE container = :container AND xid IS NULL"

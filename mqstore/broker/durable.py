@@ -191,15 +191,18 @@ class DurableSub:
         count = len(self.pending)
         if not self.exhausted and not self._paging and self.window.wants_page(count):
             self._paging = True
-            asyncio.get_running_loop().create_task(self._page(self.window.page_rows(count)))
+            window = self.window
+            asyncio.get_running_loop().create_task(
+                self._page(window.page_rows(count), window.page_bytes())
+            )
 
-    async def _page(self, limit: int) -> None:
+    async def _page(self, limit: int, max_bytes: int) -> None:
         broker = self.topic.broker
         try:
             skipped, session = self._left.count, self._session
             self.cursor = self._left.rewind(self.cursor)
             rows = await asyncio.to_thread(
-                broker.store.page_subscription, self.key, self.cursor, max(limit, 1)
+                broker.store.page_subscription, self.key, self.cursor, max(limit, 1), max_bytes
             )
             if self.consumer is None:
                 return
@@ -225,6 +228,7 @@ class DurableSub:
                 session == self._session
                 and not full
                 and len(rows) < limit
+                and sum(len(row.msg) for row in rows) < max_bytes
                 and self._left.count == skipped
             ):
                 self.exhausted = True

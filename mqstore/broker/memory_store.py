@@ -23,6 +23,7 @@ from mqstore.store.model import (
     Subscription,
     SubscriptionKey,
     Xid,
+    within_bytes,
 )
 
 
@@ -120,7 +121,9 @@ class MemoryStore:
             self._ack(batch.acks)
             return ids
 
-    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
+    def page(
+        self, container: str, after: Cursor | None, limit: int, max_bytes: int | None = None
+    ) -> list[StoredMessage]:
         with self._lock:
             self._count("page")
             rows = [r for r in self._msgs.values() if r.container == container and r.xid is None]
@@ -128,7 +131,7 @@ class MemoryStore:
                 mark = _order(after.priority, after.id)
                 rows = [r for r in rows if _order(r.priority, r.id) > mark]
             rows.sort(key=lambda r: _order(r.priority, r.id))
-            return rows[:limit]
+            return within_bytes(rows[:limit], max_bytes)
 
     def get(self, message_id: int) -> StoredMessage | None:
         with self._lock:
@@ -225,7 +228,7 @@ class MemoryStore:
             self._ack(acks)
 
     def page_subscription(
-        self, key: SubscriptionKey, after: Cursor | None, limit: int
+        self, key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
         with self._lock:
             self._count("page_subscription")
@@ -240,7 +243,7 @@ class MemoryStore:
                 mark = _order(after.priority, after.id)
                 rows = [r for r in rows if _order(r.priority, r.id) > mark]
             rows.sort(key=lambda r: _order(r.priority, r.id))
-            return rows[:limit]
+            return within_bytes(rows[:limit], max_bytes)
 
     def pending_count(self, key: SubscriptionKey) -> int:
         with self._lock:

@@ -77,8 +77,9 @@ class Window:
     messages were lately seen at (the largest seen, halved by each read without one as
     large: a burst of large messages shrinks reads at once, small ones grow them back);
     rows that come back beyond the room stay in the store for a later page. A read asks
-    for at most :data:`MAX_PAGE_ROWS` rows; the next one follows at once while the window is
-    down to half.
+    for at most :data:`MAX_PAGE_ROWS` rows, and for no more bytes than the room left
+    (:meth:`page_bytes`), so a burst of messages larger than the estimate is cut by the
+    store, not read whole; the next read follows at once while the window is down to half.
     """
 
     __slots__ = ("budget", "bytes", "max_bytes", "max_count", "row_bytes")
@@ -129,6 +130,11 @@ class Window:
             and self.bytes <= self.max_bytes // 2
             and not (self.bytes > 0 and self.budget.full)
         )
+
+    def page_bytes(self) -> int:
+        """The MSG bytes the next page read may bring: the room left in the window and in
+        the broker's budget (a read still brings one message when there is none)."""
+        return max(min(self.max_bytes - self.bytes, self.budget.limit - self.budget.used), 1)
 
     def page_rows(self, count: int) -> int:
         """The row limit of the next page read, for a window of ``count`` messages."""

@@ -39,6 +39,11 @@ UNSETTLED_RETRY_S = 1.0
 #: Seconds between two warnings about one queue holding back its producers.
 FULL_WARNING_INTERVAL = 30.0
 
+#: A browser's store reads: at most this many rows, and no more MSG bytes than this
+#: (the first row always comes), so browsing large messages holds few of them at once.
+BROWSE_ROWS = 500
+BROWSE_BYTES = 8 << 20
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -234,15 +239,18 @@ class Queue:
         if not self._eligible():
             return
         self._paging = True
-        asyncio.get_running_loop().create_task(self._page(self.window.page_rows(count)))
+        window = self.window
+        asyncio.get_running_loop().create_task(
+            self._page(window.page_rows(count), window.page_bytes())
+        )
 
-    async def _page(self, limit: int) -> None:
+    async def _page(self, limit: int, max_bytes: int) -> None:
         try:
             skipped = self._left.count
             self.cursor = self._left.rewind(self.cursor)
             limit = max(limit, 1)
             rows = await asyncio.to_thread(
-                self.broker.store.page, self.container, self.cursor, limit
+                self.broker.store.page, self.container, self.cursor, limit, max_bytes
             )
             if rows:
                 self.window.read(max(len(row.msg) for row in rows))
@@ -259,7 +267,12 @@ class Queue:
                 self.tracked.add(row.id)
                 self._push(msg)
             self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read
-            if not full and len(rows) < limit and self._left.count == skipped:
+            if (
+                not full
+                and len(rows) < limit
+                and sum(len(row.msg) for row in rows) < max_bytes
+                and self._left.count == skipped
+            ):
                 self.exhausted = True
         except Exception:
             log.exception("paging %s from the store failed", self.container)
@@ -274,7 +287,9 @@ class Queue:
         cursor: Cursor | None = None
         try:
             while not consumer.closed:
-                rows = await asyncio.to_thread(self.broker.store.page, self.container, cursor, 500)
+                rows = await asyncio.to_thread(
+                    self.broker.store.page, self.container, cursor, BROWSE_ROWS, BROWSE_BYTES
+                )
                 for row in rows:
                     cursor = row.cursor
                     await self.broker.wait_room(consumer)
@@ -282,7 +297,7 @@ class Queue:
                         consumer.deliver(BrokerMessage.from_row(row, 0))
                     except UnrenderableError as exc:
                         log.error("browsing %s: %s; skipped", self.container, exc)
-                if len(rows) < 500:
+                if len(rows) < BROWSE_ROWS and sum(len(row.msg) for row in rows) < BROWSE_BYTES:
                     break
             for _, _, msg in sorted(self.pending):
                 if msg.store_id is None and not consumer.closed:

@@ -76,6 +76,22 @@ FIRST = Cursor(10, 0)
 #: An ID bound above every ID (no uncommitted adds hold a page back).
 NO_BOUND = 2**63 - 1
 
+#: A page byte bound no page reaches (``max_bytes=None``).
+NO_BYTE_BOUND = 2**62
+
+
+def within_bytes(rows: list[StoredMessage], max_bytes: int | None) -> list[StoredMessage]:
+    """The leading ``rows`` a page bounded by ``max_bytes`` holds: each row whose
+    predecessors' MSG bytes together stay below the bound (so the first row always)."""
+    if max_bytes is None:
+        return rows
+    total = 0
+    for i, row in enumerate(rows):
+        if total >= max_bytes:
+            return rows[:i]
+        total += len(row.msg)
+    return rows
+
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionKey:

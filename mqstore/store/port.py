@@ -55,8 +55,12 @@ class Store(Protocol):
     def commit(self, batch: Batch) -> list[int]:
         """Apply adds, removes and durable acks as one atomic unit; returns the new IDs."""
 
-    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
-        """Up to ``limit`` visible messages in delivery order (PRIORITY DESC, ID) after a cursor."""
+    def page(
+        self, container: str, after: Cursor | None, limit: int, max_bytes: int | None = None
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` visible messages in delivery order (PRIORITY DESC, ID) after a
+        cursor; with ``max_bytes``, only rows whose predecessors' MSG bytes stay below it
+        (:func:`~mqstore.store.model.within_bytes`: the first row always comes)."""
 
     def get(self, message_id: int) -> StoredMessage | None:
         """The row with this ID, or None."""
@@ -102,9 +106,10 @@ class Store(Protocol):
         """Advance LAST_ACKED_ID of subscriptions (per priority in prioritized mode)."""
 
     def page_subscription(
-        self, key: SubscriptionKey, after: Cursor | None, limit: int
+        self, key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
-        """A subscription's pending messages (after its last ack) in delivery order."""
+        """A subscription's pending messages (after its last ack) in delivery order, bounded
+        as :meth:`page`."""
 
     def pending_count(self, key: SubscriptionKey) -> int:
         """How many messages a subscription has not acknowledged."""

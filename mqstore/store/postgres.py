@@ -30,6 +30,7 @@ from mqstore.store.history import TrimBound, trim_history
 from mqstore.store.model import (
     FIRST,
     NO_BOUND,
+    NO_BYTE_BOUND,
     Ack,
     Batch,
     Cursor,
@@ -462,7 +463,9 @@ class PostgresStore:
             sql = self._commit_sql[shape] = str(stmt.compile(dialect=self.engine.dialect))
         return sql
 
-    def page(self, container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
+    def page(
+        self, container: str, after: Cursor | None, limit: int, max_bytes: int | None = None
+    ) -> list[StoredMessage]:
         cursor = after or FIRST
         params = {
             "container": container,
@@ -470,6 +473,7 @@ class PostgresStore:
             "neg_priority": -cursor.priority,
             "after_id": cursor.id,
             "limit": limit,
+            "max_bytes": NO_BYTE_BOUND if max_bytes is None else max_bytes,
         }
         rows = self.read(lambda c: c.execute(self.sql.page_queue, params).all())
         return [StoredMessage.from_row(r) for r in rows]
@@ -526,11 +530,18 @@ class PostgresStore:
     def purge(self, container: str) -> int:
         check_container(container)
         total = 0
+        msgs = self.schema.msgs
+        next_ids = (
+            sa.select(msgs.c.id)
+            .where(msgs.c.container == container, msgs.c.xid.is_(None))
+            .order_by(msgs.c.id)
+            .limit(5000)
+        )  # IDs only: a purge never reads the bodies it removes
         while True:
-            rows = self.page(container, None, 5000)
-            if not rows:
+            ids = self.read(lambda c: c.execute(next_ids).scalars().all())
+            if not ids:
                 return total
-            total += self.remove(container, [r.id for r in rows], Outcome.PURGED)
+            total += self.remove(container, list(ids), Outcome.PURGED)
 
     def destinations(self) -> list[str]:
         return sorted(self.read(lambda c: c.execute(self.sql.destinations).scalars().all()))
@@ -560,9 +571,9 @@ class PostgresStore:
         self._counters["acked"] += len(acks)
 
     def page_subscription(
-        self, key: SubscriptionKey, after: Cursor | None, limit: int
+        self, key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
-        return self.topics.page(key, after, limit)
+        return self.topics.page(key, after, limit, max_bytes)
 
     def pending_count(self, key: SubscriptionKey) -> int:
         return self.topics.pending(key)

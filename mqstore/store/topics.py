@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from mqstore.store.model import (
     FIRST,
+    NO_BYTE_BOUND,
     Cursor,
     Removal,
     StoredMessage,
@@ -131,8 +132,11 @@ class TopicOperations:
                     store.delete_rows(conn, [Removal(key.container, i) for i in ids])
                 )
 
-    def page(self, key: SubscriptionKey, after: Cursor | None, limit: int) -> list[StoredMessage]:
-        """Pending messages (after the per-priority LAST_ACKED_ID) in delivery order."""
+    def page(
+        self, key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
+    ) -> list[StoredMessage]:
+        """Pending messages (after the per-priority LAST_ACKED_ID) in delivery order, bounded
+        as :meth:`mqstore.store.port.Store.page`."""
         cursor = after or FIRST
         params = {
             "container": key.container,
@@ -142,6 +146,7 @@ class TopicOperations:
             "neg_priority": -cursor.priority,
             "after_id": cursor.id,
             "limit": limit,
+            "max_bytes": NO_BYTE_BOUND if max_bytes is None else max_bytes,
         }
         sql = self.store.sql.page_subscription
         rows = self.store.read(lambda c: c.execute(sql, params).all())

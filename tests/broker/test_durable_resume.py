@@ -75,11 +75,11 @@ def test_reconnecting_while_a_page_is_read_loses_nothing(
     real = any_store.page_subscription
 
     def page_subscription(
-        key: SubscriptionKey, after: Cursor | None, limit: int
+        key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
         if slow["on"]:
             time.sleep(0.8)
-        return real(key, after, limit)
+        return real(key, after, limit, max_bytes)
 
     monkeypatch.setattr(any_store, "page_subscription", page_subscription)
     bt = BrokerThread(any_store, dataclasses.replace(FAST, memory_window=10)).start()

@@ -217,3 +217,42 @@ def test_memory_window_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert broker_config(load_settings()).memory_window_bytes == 3 << 20
     with pytest.raises(ConfigError, match="memory_window_bytes"):
         BrokerConfig(memory_window_bytes=0)
+
+
+class PageReads:
+    """The most MSG bytes one store page read (queue or durable subscription) returned."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.largest_read = 0
+        for name in ("page", "page_subscription"):
+            real = getattr(store, name)
+
+            def read(*args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+                rows = _real(*args, **kwargs)
+                self.largest_read = max(self.largest_read, sum(len(r.msg) for r in rows))
+                return rows
+
+            monkeypatch.setattr(store, name, read)
+
+
+@pytest.mark.parametrize("topic", [False, True], ids=["queue", "durable"])
+def test_a_burst_of_larger_messages_is_read_within_the_byte_budget(
+    any_store: Store, monkeypatch: pytest.MonkeyPatch, topic: bool
+) -> None:
+    """Small messages set the page size; the 64 KiB ones behind them are not read by the
+    page-full (2.5 MiB for a 256 KiB budget) but a budget's worth at a time."""
+    sizes = [1024] * 40 + [SIZE] * 40
+    bt = BrokerThread(any_store, CFG).start()
+    try:
+        dest = "/topic/burst" if topic else "/queue/burst"
+        if topic:
+            _create_subscription(bt, dest)
+        _send(bt, dest, sizes)
+        bt.restart()
+        reads = PageReads(any_store, monkeypatch)
+        conn, col = _subscribe(dest, "cid" if topic else None)(bt)
+        assert _consume(conn, col, len(sizes)) == _expected(any_store, range(len(sizes)))
+        assert 0 < reads.largest_read < BUDGET + SIZE, reads.largest_read
+        conn.disconnect()
+    finally:
+        bt.close()

@@ -98,8 +98,10 @@ class _SlowPages:
         self.slow = False
         real = store.page
 
-        def page(container: str, after: Cursor | None, limit: int) -> list[StoredMessage]:
-            rows = real(container, after, limit)
+        def page(
+            container: str, after: Cursor | None, limit: int, max_bytes: int | None = None
+        ) -> list[StoredMessage]:
+            rows = real(container, after, limit, max_bytes)
             if self.slow:
                 time.sleep(0.8)
             return rows

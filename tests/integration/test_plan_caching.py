@@ -46,7 +46,13 @@ def _seq_scans(conn: Connection) -> int:
 
 
 def test_a_page_read_after_the_queue_grew_is_an_index_scan(conn: Connection) -> None:
-    page = {"container": "queue://q", "bound": 2**63 - 1, "neg_priority": -4, "limit": 100}
+    page = {
+        "container": "queue://q",
+        "bound": 2**63 - 1,
+        "neg_priority": -4,
+        "limit": 100,
+        "max_bytes": 1 << 20,
+    }
     for after in range(1_000, 1_020):  # a consumer paging an empty queue, many times over
         assert conn.execute(SQL.page_queue, {**page, "after_id": after}).all() == []
     conn.commit()

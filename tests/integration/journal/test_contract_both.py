@@ -244,3 +244,36 @@ def test_a_purge_leaves_xa_prepared_messages_and_their_ids(
     s.settle()
     s.store.xa_commit(xid)
     assert seqs(s.store.page(Q, None, 10)) == [7]
+
+
+def test_pages_bounded_by_bytes(subject: Callable[..., Subject]) -> None:
+    """With ``max_bytes`` a page stops at the first row whose predecessors reach it (the
+    first row always comes), from the database, from memory, and from both."""
+    s = subject()
+    sub = SubscriptionKey(T, "c", "bytes")
+    s.store.add_subscription(sub)
+    sizes = [100, 300, 50, 500, 10, 10]
+    for dest in (Q, T):
+        s.store.add([msg(dest, i, body=bytes(size)) for i, size in enumerate(sizes)])
+    s.settle()
+    for dest in (Q, T):
+        s.store.add([msg(dest, i, body=bytes(200)) for i in range(10, 13)])
+
+    def page(dest: str, after: int | None, limit: int, max_bytes: int | None) -> list[int | None]:
+        rows = (
+            s.store.page(Q, None, 100) if dest == Q else s.store.page_subscription(sub, None, 100)
+        )
+        cursor = None if after is None else rows[after].cursor
+        if dest == Q:
+            return seqs(s.store.page(Q, cursor, limit, max_bytes))
+        return seqs(s.store.page_subscription(sub, cursor, limit, max_bytes))
+
+    for dest in (Q, T):
+        assert page(dest, None, 100, None) == [0, 1, 2, 3, 4, 5, 10, 11, 12]
+        assert page(dest, None, 100, 400) == [0, 1]
+        assert page(dest, None, 100, 401) == [0, 1, 2]
+        assert page(dest, None, 100, 1) == [0]
+        assert page(dest, 3, 100, 30) == [4, 5, 10]  # the database's last rows, then memory
+        assert page(dest, 3, 100, 20) == [4, 5]
+        assert page(dest, None, 2, 10**6) == [0, 1]
+        assert page(dest, 5, 100, 250) == [10, 11]
