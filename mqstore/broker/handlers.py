@@ -211,15 +211,21 @@ class Handlers:
         what: str,
         outcome: str = NOT_TAKEN,
         count: int = 1,
+        deadline: float | None = None,
     ) -> bool:
         """Producer flow control: wait while ``limited`` is full (the frame is not acted on,
         no more frames are read: TCP pushes back), at most ``timeout`` seconds (None: as long
-        as it takes; 0: not at all). True once there is room. False if the connection closed
-        or its peer went away meanwhile: then the frame is not taken, and gets no receipt.
-        Still full after ``timeout``: the frame (``what``, holding ``count`` messages) is
-        refused with an ERROR saying ``outcome``, after the frames before it are settled."""
+        as it takes; 0: not at all), or until ``deadline`` (event loop time) when the frame
+        already waited at another limit. True once there is room. False if the connection
+        closed or its peer went away meanwhile: then the frame is not taken, and gets no
+        receipt. Still full after ``timeout``: the frame (``what``, holding ``count``
+        messages) is refused with an ERROR saying ``outcome``, after the frames before it
+        are settled."""
         gate = limited.gate
-        if timeout != 0 and await gate.wait(self.gone, PEER_POLL_S, timeout):
+        wait = timeout
+        if deadline is not None and timeout:
+            wait = max(deadline - asyncio.get_running_loop().time(), 0.0)
+        if wait != 0 and await gate.wait(self.gone, PEER_POLL_S, wait):
             return not self.gone()
         await self.settle_sends()  # the receipts of the frames before it come first
         if self.gone():
@@ -392,15 +398,18 @@ class Handlers:
             if (limited := self.limit_of(m)) is not None:
                 count = limits.get(id(limited), (limited, 0))[1]
                 limits[id(limited)] = (limited, count + 1)
-        for limited, count in limits.values():
-            if limited.gate.closed and not await self.pass_limit(
-                limited, cfg.memory_block_timeout, what, rolled_back, count
-            ):
+        # One wait for all of them: at most memory_block_timeout in all, until every one
+        # has room at once (a limit passed earlier may have filled up meanwhile).
+        timeout = cfg.memory_block_timeout
+        deadline = None if not timeout else asyncio.get_running_loop().time() + timeout
+        while full := [(lim, n) for lim, n in limits.values() if lim.gate.closed]:
+            limited, count = full[0]
+            if not await self.pass_limit(limited, timeout, what, rolled_back, count, deadline):
                 return  # the connection went away meanwhile: it aborts the transaction
         stored = [m for m in tx.sends if m.persistent and broker.must_store(m.container)]
         if stored and broker.usage.gate.closed:
-            timeout = cfg.producer_block_timeout
-            if not await self.pass_limit(broker.usage, timeout, what, rolled_back, len(stored)):
+            wait = cfg.producer_block_timeout
+            if not await self.pass_limit(broker.usage, wait, what, rolled_back, len(stored)):
                 return
         del self.txs[tx.tx_id]  # refused above, the closing connection aborts it
         op = Op(adds=[m.new_message() for m in stored])

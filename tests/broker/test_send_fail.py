@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -273,6 +274,32 @@ def test_a_commit_refused_at_a_full_queue_takes_none_of_its_sends(store: MemoryS
         assert _dest(bt, "queue://full")["refused_sends"] == 3  # the filler's and these two
         assert store.count("queue://other") == 0
         assert _drain_until_marker(bt, "/queue/full") == [*range(refused), -1]
+
+
+def test_a_commit_at_two_full_queues_waits_the_timeout_once_in_all(store: MemoryStore) -> None:
+    """Two full queues in one transaction, the first drained after 1 s: the COMMIT waits
+    memory_block_timeout (2 s) in all, not 2 s more at the second queue once the first has
+    room, then is refused and takes none of its sends."""
+    with running(store, memory_block_timeout=2.0, **QUEUE) as bt:
+        for name in ("a", "b"):
+            filler, fcol = connect(bt.port)
+            _send_until_refused(filler, fcol, f"/queue/{name}")
+        worker, wcol = connect(bt.port)
+        worker.begin("t")
+        for name in ("a", "b"):
+            worker.send(f"/queue/{name}", "x", headers={"n": "99"}, transaction="t")
+        drainer, dcol = connect(bt.port)
+        started = time.monotonic()
+        worker.commit("t", receipt="commit")
+        time.sleep(1.0)
+        drainer.subscribe("/queue/a", id="d", ack="auto")  # queue a has room from now on
+        message = _error(wcol, "commit")
+        waited = time.monotonic() - started
+        assert message.startswith("COMMIT of transaction 't' refused after waiting 2 s")
+        assert "queue://b is full" in message
+        assert waited < 2.8, f"the COMMIT waited {waited:.1f} s"
+        assert [_dest(bt, f"queue://{n}")["refused_sends"] for n in "ab"] == [1, 2]
+        assert all(m.headers["n"] != "99" for m in dcol.messages)
 
 
 @pytest.mark.parametrize(
