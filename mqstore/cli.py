@@ -145,6 +145,8 @@ def db_upgrade(
 
         settings = _settings(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
+            with database.engine.connect() as conn:
+                beside = migrate.prefixes_beside(conn, settings.table_prefix)
             migrate.upgrade(database.engine, settings.table_prefix, revision)
             with database.engine.connect() as conn:
                 current = migrate.current_revision(conn, settings.table_prefix)
@@ -157,9 +159,25 @@ def db_upgrade(
             )
         else:
             console.print(f"database upgraded to revision {current}", highlight=False)
+        if beside and current is not None:
+            _note_new_prefix(settings.table_prefix, beside)
         _status_table(settings)
 
     _run(body)
+
+
+def _note_new_prefix(prefix: str, beside: list[str]) -> None:
+    """Say that the upgrade made a new, empty set of tables beside other prefixes' tables."""
+    others = ", ".join(repr(p) for p in beside)
+    hint = f"--table-prefix {beside[0]}" if beside[0] else "--table-prefix ''"
+    err_console.print(
+        f"note: made a new, empty set of tables (--table-prefix {prefix!r}) beside the "
+        f"tables of prefix {others} in this schema; if the broker's messages are in those, "
+        f"give {hint} (or MQSTORE_TABLE_PREFIX) to every command, and `mqstore db downgrade "
+        f"base --table-prefix {prefix!r}` drops the empty set",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @db_app.command("downgrade")

@@ -68,6 +68,20 @@ def _existing_tables(conn: Connection) -> set[str]:
     return set(sa.inspect(conn).get_table_names())
 
 
+def prefixes_beside(conn: Connection, prefix: str = "") -> list[str]:
+    """When ``prefix`` has no table yet in the current schema, the other prefixes (as
+    ActiveMQ spells them, upper case) whose ACTIVEMQ_MSGS is there: an upgrade would make
+    a new, empty set beside them, which is what a forgotten ``--table-prefix`` looks like."""
+    tables = _existing_tables(conn)
+    schema = build_schema(prefix)
+    if any(t.name in tables for t in (schema.msgs, schema.acks, schema.lock)):
+        return []
+    base = table_name("", "ACTIVEMQ_MSGS")
+    return sorted(t[: -len(base)].upper() for t in tables if t.endswith(base) and t != base) + (
+        [""] if base in tables and prefix else []
+    )
+
+
 def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
     """Migrate to ``revision``; refuses (with the fix) on tables mqstore never managed."""
     with database_errors("upgrade"), engine.begin() as conn:

@@ -51,6 +51,26 @@ def test_upgrade_check_downgrade_cycle(empty_dsn: str) -> None:
     assert mqstore("db", "check", "--dsn", empty_dsn).returncode == 1
 
 
+def test_an_upgrade_beside_another_prefixs_tables_says_what_it_made(empty_dsn: str) -> None:
+    """A forgotten --table-prefix makes a new, empty set of tables: the upgrade says so,
+    names the prefix the broker's tables have, and how to drop the empty set again."""
+    first = mqstore("db", "upgrade", "--dsn", empty_dsn, "--table-prefix", "BRK1_")
+    assert first.returncode == 0 and "note:" not in first.stderr, first.stderr
+    forgot = mqstore("db", "upgrade", "--dsn", empty_dsn)
+    assert forgot.returncode == 0, forgot.stderr
+    [note] = [line for line in forgot.stderr.splitlines() if line.strip()]
+    assert note.startswith(
+        "note: made a new, empty set of tables (--table-prefix '') beside the tables of "
+        "prefix 'BRK1_' in this schema; if the broker's messages are in those, give "
+        "--table-prefix BRK1_"
+    ), note
+    assert note.endswith("`mqstore db downgrade base --table-prefix ''` drops the empty set")
+    again = mqstore("db", "upgrade", "--dsn", empty_dsn)
+    assert again.returncode == 0 and "note:" not in again.stderr, again.stderr
+    other = mqstore("db", "upgrade", "--dsn", empty_dsn, "--table-prefix", "BRK2_")
+    assert "beside the tables of prefix 'BRK1_', '' in this schema" in other.stderr, other.stderr
+
+
 def test_bad_prefix_is_a_config_error(empty_dsn: str) -> None:
     result = mqstore("db", "upgrade", "--dsn", empty_dsn, "--table-prefix", "bad-prefix!")
     assert result.returncode == 2 and "table prefix" in result.stderr
