@@ -182,7 +182,13 @@ def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
     internal = text is not None and "INTERNAL_ERROR" in text
     py4j_failed = isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError)
     code = _jvm_exit(spark, wait=lost or internal or py4j_failed)
-    if code == _JVM_OOM_EXIT or any(sign in _causes(exc) for sign in _OOM_SIGNS):
+    # py4j's calls into a JVM that is going away log tracebacks until the process exits
+    # (SparkContext's atexit stop among them): the one line below is what happened.
+    logging.getLogger().addFilter(_FromPy4j())
+    logging.getLogger("py4j").disabled = True
+    # ``text`` first: the causes are fetched from the JVM again, which may be gone by now.
+    said = f"{text or ''}\n{_causes(exc)}"
+    if code == _JVM_OOM_EXIT or any(sign in said for sign in _OOM_SIGNS):
         return (
             f"Spark ran out of memory (--driver-memory {memory}): rerun with more, e.g. "
             "--driver-memory 8g (a message takes about 10 to 15 times its size in memory, "
