@@ -8,12 +8,10 @@ resurrected, and the durable subscription resumes at least at its acknowledged p
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,9 +20,7 @@ from sqlalchemy.engine import Engine
 
 from journal.store import JournaledStore
 from mqstore.store import PostgresStore
-from tests.crash.writer import QUEUE, SUB
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.crash.writer import QUEUE, SUB, run_logged
 
 
 class Ledger:
@@ -48,34 +44,31 @@ class Ledger:
             self.acked = max(self.acked, int(rest[0]))
 
 
+# Writers are forked from a server process that has imported the store once, so a round
+# costs the writer's start and its kill, not a second of imports.
+_WRITERS = multiprocessing.get_context("forkserver")
+_WRITERS.set_forkserver_preload(["tests.crash.writer"])
+
+
 def run_writer(dsn: str, journal: Path, round_no: int, ledger: Ledger, kill_after: float) -> int:
     """Start a writer, SIGKILL it ``kill_after`` seconds after it is ready; returns lines."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash.writer", dsn, str(journal), str(round_no)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line == "READY\n":
-                ready.set()
-            elif line.endswith("\n"):  # a torn last line was never acknowledged whole
-                lines.append(line)
-        ready.set()
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    assert ready.wait(60), "writer did not start"
+    log = journal.parent / f"writer-{round_no}.log"
+    proc = _WRITERS.Process(target=run_logged, args=(dsn, str(journal), round_no, str(log)))
+    proc.start()
+    assert proc.pid is not None
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text(encoding="ascii").startswith("READY\n")):
+        assert proc.exitcode is None, f"writer exited with {proc.exitcode} before it was ready"
+        assert time.monotonic() < deadline, "writer did not start"
+        time.sleep(0.005)
     time.sleep(kill_after)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    reader.join(30)
+    proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+    text = log.read_text(encoding="ascii")
+    lines = text.splitlines(keepends=True)[1:]
+    if lines and not lines[-1].endswith("\n"):  # a torn last line was never acknowledged whole
+        lines.pop()
     for line in lines:
         ledger.take(line)
     return len(lines)

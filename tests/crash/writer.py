@@ -7,7 +7,8 @@ Lines: ``READY`` after start, ``ADD <id> <seq>``, ``TRY <id>`` (a removal about 
 ``queue://crash`` (producer ``ID:crash-<round>``), removes take the oldest known messages,
 topic messages on ``topic://crash`` are acknowledged by one durable subscription. With
 ``--exit`` the process ends with ``os._exit`` after ``--ops`` operations (no stop, no final
-checkpoint); otherwise it runs until killed.
+checkpoint); otherwise it runs until killed. ``run_logged`` is the same writer for a process
+forked from one that has imported it already: it writes its lines to a file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import os
 import random
 import sys
+from typing import TextIO
 
 from journal.store import JournaledStore
 from mqstore.db import create_engine
@@ -35,27 +37,45 @@ def main() -> None:
     parser.add_argument("--exit", action="store_true")
     parser.add_argument("--interval-ms", type=float, default=30)
     args = parser.parse_args()
-    out = sys.stdout
-    engine = create_engine(args.dsn)
+    run(args.dsn, args.journal, args.round, sys.stdout, args.ops, args.exit, args.interval_ms)
+
+
+def run_logged(dsn: str, journal: str, round_no: int, log: str) -> None:
+    """Run until killed, writing the lines to the file ``log`` (for forked writers)."""
+    with open(log, "w", encoding="ascii") as out:
+        run(dsn, journal, round_no, out)
+
+
+def run(
+    dsn: str,
+    journal: str,
+    round_no: int,
+    out: TextIO,
+    ops: int = 10**9,
+    exit_after: bool = False,
+    interval_ms: float = 30,
+) -> None:
+    """Write ``ops`` random operations, printing each once the store acknowledged it."""
+    engine = create_engine(dsn)
     store = JournaledStore(
         PostgresStore(engine, cleanup_interval_s=0),
-        args.journal,
-        checkpoint_interval_ms=args.interval_ms,
+        journal,
+        checkpoint_interval_ms=interval_ms,
         segment_size=64 * 1024,
         shared_lock=False,
     )
     store.start()
     store.add_subscription(SUB)
-    rng = random.Random(args.round)
+    rng = random.Random(round_no)
     known = [m.id for m in store.page(QUEUE, None, 100_000)]
     out.write("READY\n")
     out.flush()
     seq = 0
-    for _ in range(args.ops):
+    for _ in range(ops):
         roll = rng.random()
         if roll < 0.45 or not known:
             batch = [
-                NewMessage(QUEUE, f"ID:crash-{args.round}", seq + i, os.urandom(rng.randrange(200)))
+                NewMessage(QUEUE, f"ID:crash-{round_no}", seq + i, os.urandom(rng.randrange(200)))
                 for i in range(rng.randrange(1, 6))
             ]
             seq += len(batch)
@@ -73,12 +93,12 @@ def main() -> None:
                 store.commit(Batch(removes=[Removal(QUEUE, i) for i in take]))
             out.write("".join(f"REM {i}\n" for i in take))
         else:
-            [tid] = store.add([NewMessage(TOPIC, f"ID:crash-t{args.round}", seq, b"t")])
+            [tid] = store.add([NewMessage(TOPIC, f"ID:crash-t{round_no}", seq, b"t")])
             seq += 1
             store.acknowledge([Ack(SUB, tid)])
             out.write(f"ACK {tid}\n")
         out.flush()
-    if args.exit:
+    if exit_after:
         out.flush()
         os._exit(0)
     store.stop()
