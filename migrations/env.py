@@ -6,7 +6,8 @@ The DSN comes from (in order) a connection handed in by the caller
 ``-x prefix=...`` or ``MQSTORE_TABLE_PREFIX``. ``alembic downgrade`` refuses while a broker
 holds the lock row or the master lease; ``-x force=true`` goes ahead under a stale lease
 (never under a held row lock). Each prefix has its own version table
-(``<prefix>mqstore_version``), so several brokers' tables can live in one schema.
+(``<prefix>mqstore_version``), so several brokers' tables can live in one schema; an
+``alembic upgrade`` that makes a prefix's first tables beside another's says so on stderr.
 """
 
 from __future__ import annotations
@@ -77,9 +78,19 @@ def _refuse_downgrade(connection: Connection, prefix: str) -> None:
     refuse_downgrade(connection, prefix, lease_override=None if forced else "-x force=true")
 
 
+def _note_new_prefix(connection: Connection, prefix: str, beside: list[str]) -> None:
+    """After ``alembic upgrade`` made a first set of tables for ``prefix`` beside other
+    prefixes' tables (a forgotten ``-x prefix=``), say so on stderr."""
+    from mqstore.migrate import current_revision, new_prefix_note
+
+    if beside and current_revision(connection, prefix) is not None:
+        downgrade = f"alembic -x dsn=... -x prefix={prefix!r} downgrade base"
+        print(new_prefix_note(prefix, beside, "-x prefix={}", downgrade), file=sys.stderr)
+
+
 def _run(connection: Connection, *, from_cli: bool) -> None:
     from mqstore.errors import SchemaError
-    from mqstore.migrate import refuse_unmanaged_tables
+    from mqstore.migrate import prefixes_beside, refuse_unmanaged_tables
     from mqstore.migration_guards import lock_migrations
 
     checks: dict[str, Callable[[Connection, str], None]] = {
@@ -95,7 +106,10 @@ def _run(connection: Connection, *, from_cli: bool) -> None:
                 check(connection, _prefix())
             except SchemaError as exc:
                 sys.exit(str(exc))
+        upgrading = from_cli and _alembic_command() == "upgrade"
+        beside = prefixes_beside(connection, _prefix()) if upgrading else []
         context.run_migrations()
+        _note_new_prefix(connection, _prefix(), beside)
 
 
 def run_migrations_online() -> None:

@@ -168,13 +168,9 @@ def db_upgrade(
 
 def _note_new_prefix(prefix: str, beside: list[str]) -> None:
     """Say that the upgrade made a new, empty set of tables beside other prefixes' tables."""
-    others = ", ".join(repr(p) for p in beside)
-    hint = f"--table-prefix {beside[0]}" if beside[0] else "--table-prefix ''"
+    downgrade = f"mqstore db downgrade base --table-prefix {prefix!r}"
     err_console.print(
-        f"note: made a new, empty set of tables (--table-prefix {prefix!r}) beside the "
-        f"tables of prefix {others} in this schema; if the broker's messages are in those, "
-        f"give {hint} (or MQSTORE_TABLE_PREFIX) to every command, and `mqstore db downgrade "
-        f"base --table-prefix {prefix!r}` drops the empty set",
+        migrate.new_prefix_note(prefix, beside, "--table-prefix {}", downgrade),
         highlight=False,
         soft_wrap=True,
     )

@@ -82,6 +82,20 @@ def prefixes_beside(conn: Connection, prefix: str = "") -> list[str]:
     )
 
 
+def new_prefix_note(prefix: str, beside: list[str], option: str, downgrade: str) -> str:
+    """The note after an upgrade made a new, empty set of tables beside ``beside``'s:
+    ``option`` is how the caller's command names a prefix, with ``{}`` for it
+    (``--table-prefix {}``), and ``downgrade`` the command that drops the empty set again."""
+    others = ", ".join(repr(p) for p in beside)
+    hint = option.format(beside[0] or "''")
+    return (
+        f"note: made a new, empty set of tables ({option.format(repr(prefix))}) beside the "
+        f"tables of prefix {others} in this schema; if the broker's messages are in those, "
+        f"give {hint} (or MQSTORE_TABLE_PREFIX) to every command, and `{downgrade}` drops "
+        f"the empty set"
+    )
+
+
 def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
     """Migrate to ``revision``; refuses (with the fix) on tables mqstore never managed."""
     with database_errors("upgrade"), engine.begin() as conn:

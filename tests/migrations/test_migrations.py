@@ -241,3 +241,24 @@ def test_alembic_cli_from_another_directory_uses_this_checkout(
         assert migrate.check(engine) == []
     finally:
         engine.dispose()
+
+
+def test_alembic_cli_upgrade_beside_another_prefixs_tables_says_what_it_made(
+    empty_dsn: str,
+) -> None:
+    """A forgotten ``-x prefix=`` makes a new, empty set of tables: alembic's own upgrade
+    says so too, naming the prefix the broker's tables have and the downgrade that drops
+    the empty set."""
+    first = alembic("-x", f"dsn={empty_dsn}", "-x", "prefix=BRK1_", "upgrade", "head")
+    assert first.returncode == 0 and "note:" not in first.stderr, first.stderr
+    forgot = alembic("-x", f"dsn={empty_dsn}", "upgrade", "head")
+    assert forgot.returncode == 0, forgot.stderr
+    [note] = [line for line in forgot.stderr.splitlines() if line.startswith("note:")]
+    assert note == (
+        "note: made a new, empty set of tables (-x prefix='') beside the tables of prefix "
+        "'BRK1_' in this schema; if the broker's messages are in those, give -x prefix=BRK1_ "
+        "(or MQSTORE_TABLE_PREFIX) to every command, and `alembic -x dsn=... -x prefix='' "
+        "downgrade base` drops the empty set"
+    )
+    again = alembic("-x", f"dsn={empty_dsn}", "upgrade", "head")
+    assert again.returncode == 0 and "note:" not in again.stderr, again.stderr
