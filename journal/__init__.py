@@ -25,6 +25,7 @@ from journal.errors import (
     JournalFullError,
     JournalLockedError,
     JournalRecordTooLargeError,
+    JournalTailMissingError,
 )
 from journal.format import MAX_PAYLOAD, RECORD_BATCH, RECORD_CHECKPOINT, Position
 from journal.maintenance import InspectReport, Problem, SegmentInfo, inspect
@@ -68,6 +69,7 @@ __all__ = [
     "JournalLockedError",
     "JournalRecordTooLargeError",
     "JournalStats",
+    "JournalTailMissingError",
     "Op",
     "Position",
     "Problem",

@@ -15,6 +15,7 @@ __all__ = [
     "JournalFullError",
     "JournalLockedError",
     "JournalRecordTooLargeError",
+    "JournalTailMissingError",
 ]
 
 
@@ -64,3 +65,26 @@ class JournalLockedError(JournalError):
 
 class JournalRecordTooLargeError(JournalError, ValueError):
     """A single record exceeds the hard size limit of the format."""
+
+
+class JournalTailMissingError(JournalError):
+    """The newest segment(s) the directory recorded creating are gone: the acknowledged
+    writes they held cannot be replayed, and the segments left cannot show it."""
+
+    def __init__(self, directory: Path | str, first: int, newest: int) -> None:
+        self.directory = Path(directory)
+        self.first = first
+        self.newest = newest
+        one = first == newest
+        which = f"segment {first}" if one else f"segments {first} to {newest}"
+        it = "it" if one else "them"
+        super().__init__(
+            f"journal {self.directory} is missing its newest {which} (its file "
+            f"'newest' records that segment {newest} was made): the last writes the broker "
+            f"acknowledged were in {it}, and the journal refuses to start without {it}. "
+            f"Restore {it} into {self.directory}; or, accepting the loss, run "
+            f"`mqstore journal repair {self.directory}`, which creates {it} again, empty."
+        )
+
+    def __reduce__(self) -> tuple[type[JournalTailMissingError], tuple[Path, int, int]]:
+        return (type(self), (self.directory, self.first, self.newest))

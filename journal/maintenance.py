@@ -23,6 +23,7 @@ from journal.format import (
 )
 from journal.reader import Damage, Frame, FrameWalker, SegmentScan, scan_log
 from journal.records import CheckpointMark, decode_batch, flatten, op_name
+from journal.segments import read_newest
 
 __all__ = [
     "InspectReport",
@@ -51,7 +52,8 @@ class SegmentInfo:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """The first damage: ``kind`` is ``"torn-tail"`` (dropped on open) or ``"corrupt"``."""
+    """The first damage: ``kind`` is ``"torn-tail"`` (dropped on open), ``"corrupt"``, or
+    ``"missing"`` (newest segments the directory made are gone)."""
 
     kind: str
     segment: int
@@ -152,7 +154,19 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
         report.problem = problem_of(scan.damage)
     elif undecodable:
         report.problem = undecodable[0]
+    else:
+        report.problem = _missing_tail(path, scan.segments[-1].number if scan.segments else None)
     return report
+
+
+def _missing_tail(directory: Path, last: int | None) -> Problem | None:
+    """The newest segments ``newest`` says the journal made that are gone, as a problem."""
+    newest = read_newest(directory)
+    if newest is None or (last is not None and newest <= last):
+        return None
+    first = newest if last is None else last + 1
+    reason = f"segments {first} to {newest} were made and are missing (file 'newest')"
+    return Problem("missing", first, segment_file_name(first), 0, 0, reason)
 
 
 def resync(view: memoryview, start: int) -> int | None:

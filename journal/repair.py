@@ -30,7 +30,16 @@ from journal.format import (
 from journal.maintenance import Problem, count_frames, jsonable, resync
 from journal.reader import FrameWalker, check_header
 from journal.records import decode_batch
-from journal.segments import DirectoryLock, create_segment, fsync_directory, list_segments
+from journal.segments import (
+    NEWEST_FILE_NAME,
+    DirectoryLock,
+    create_segment,
+    fsync_directory,
+    list_segments,
+    mark_newest,
+    read_newest,
+    segment_path,
+)
 
 __all__ = ["RepairAction", "RepairPlan", "repair"]
 
@@ -128,8 +137,10 @@ class _Planner:
     def add(self, action: str, path: Path, offset: int, end: int, reason: str) -> None:
         self.plan.actions.append(RepairAction(action, path.name, offset, end, reason))
         if self.plan.problem is None:
-            kind = "torn-tail" if reason.startswith("torn") else "corrupt"
-            number = int(path.name.split(".")[0])
+            kinds = {"torn": "torn-tail", "missing": "missing"}
+            kind = kinds.get(reason.split(" ", 1)[0], "corrupt")
+            stem = path.name.split(".")[0]
+            number = int(stem) if stem.isdigit() else 0
             self.plan.problem = Problem(kind, number, path.name, offset, end - offset, reason)
 
     def segment(self, number: int, path: Path, view: memoryview, last: bool) -> bool:
@@ -218,10 +229,29 @@ def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> Repair
                 for _n, later in segments[i + 1 :]:
                     planner.remove(later)
                 break
+        else:
+            _plan_missing_tail(planner, path, prev)
         plan.lost_ops_by_type = dict(planner.lost)
         if not dry_run and plan.actions:
             _apply(path, plan)
     return plan
+
+
+def _plan_missing_tail(planner: _Planner, directory: Path, last: int | None) -> None:
+    """Empty stand-ins for the newest segments the directory recorded making that are gone
+    after ``last`` (its file ``newest`` is dropped instead when it names a segment too far
+    beyond the log to be a lost file)."""
+    newest = read_newest(directory)
+    if newest is None or (last is not None and newest <= last):
+        return
+    first = newest if last is None else last + 1
+    reason = f"missing segment; the journal made segments up to {newest}"
+    if newest - first >= MAX_MISSING:
+        marker = directory / NEWEST_FILE_NAME
+        planner.add(REMOVE, marker, 0, 0, f"{marker.name} names segment {newest}: {reason}")
+        return
+    for missing in range(first, newest + 1):
+        planner.add(CREATE, segment_path(directory, missing), 0, 0, reason)
 
 
 def _apply(directory: Path, plan: RepairPlan) -> None:
@@ -249,4 +279,7 @@ def _apply(directory: Path, plan: RepairPlan) -> None:
         finally:
             os.close(fd)
     fsync_directory(directory)
+    remaining = list_segments(directory)
+    if remaining:  # segments cut off are no longer missing: the log ends where it now ends
+        mark_newest(directory, remaining[-1][0])
     plan.applied = True

@@ -1,4 +1,10 @@
-"""Segment files and the journal directory: naming, creation, lock, removal/archival."""
+"""Segment files and the journal directory: naming, creation, lock, removal/archival.
+
+Besides its segments the directory holds ``newest``: the number of the newest segment ever
+created in it, written durably once that segment is. A segment of that number or below
+that is missing at the end of the log was lost after it held acknowledged writes, which
+the segments that remain cannot show.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +21,19 @@ from journal.format import SEGMENT_NAME_RE, encode_header, segment_file_name
 
 __all__ = [
     "LOCK_FILE_NAME",
+    "NEWEST_FILE_NAME",
     "DirectoryLock",
     "create_segment",
     "fsync_directory",
     "list_segments",
+    "mark_newest",
+    "read_newest",
     "remove_segments",
     "segment_path",
 ]
 
 LOCK_FILE_NAME = "lock"
+NEWEST_FILE_NAME = "newest"
 
 
 def segment_path(directory: Path, number: int) -> Path:
@@ -52,11 +62,36 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def read_newest(directory: Path) -> int | None:
+    """The newest segment number ``mark_newest`` recorded, or None (none recorded yet, as
+    in a journal of an earlier version, or the file does not hold a number)."""
+    try:
+        text = (directory / NEWEST_FILE_NAME).read_text(encoding="ascii")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    return int(text) if text.strip().isdigit() else None
+
+
+def mark_newest(directory: Path, number: int) -> None:
+    """Record durably that segment ``number`` exists (write, fsync, rename, fsync)."""
+    tmp = directory / f"{NEWEST_FILE_NAME}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        data = f"{number}\n".encode("ascii")
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.EIO, f"short write of {tmp}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / NEWEST_FILE_NAME)
+    fsync_directory(directory)
+
+
 def create_segment(directory: Path, number: int) -> int:
     """Create segment ``number`` with its header, durably; return a write descriptor.
 
     The header and the directory entry are fsynced before returning, so a segment that
-    holds records always has a valid header after a crash.
+    holds records always has a valid header after a crash; then ``newest`` records it.
     """
     path = segment_path(directory, number)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -66,6 +101,8 @@ def create_segment(directory: Path, number: int) -> int:
             raise OSError(errno.EIO, f"short write of the header of {path}")
         os.fsync(fd)
         fsync_directory(directory)
+        if (read_newest(directory) or 0) < number:
+            mark_newest(directory, number)
     except OSError as exc:
         os.close(fd)
         with contextlib.suppress(OSError):

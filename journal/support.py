@@ -99,7 +99,7 @@ def read_journal_id(directory: Path, *, holds_records: bool = False) -> str:
             "which of them the database already has cannot be told (replaying them could "
             f"store messages twice). Restore {path} from a backup of the directory; or, "
             "accepting the loss of the records not yet checkpointed, move the *.wal files "
-            f"out of {directory} and start again with an empty journal."
+            f"and the file 'newest' out of {directory} and start again with an empty journal."
         )
     directory.mkdir(parents=True, exist_ok=True)
     new = str(uuid.uuid4())

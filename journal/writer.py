@@ -19,11 +19,19 @@ from journal.errors import (
     JournalError,
     JournalFullError,
     JournalRecordTooLargeError,
+    JournalTailMissingError,
 )
 from journal.format import FRAME_OVERHEAD, HEADER_SIZE, MAX_PAYLOAD, Position, frame_ops
 from journal.reader import RecoveryReport, read_records, recover_tail, scan_log
 from journal.records import Op
-from journal.segments import DirectoryLock, create_segment, remove_segments, segment_path
+from journal.segments import (
+    DirectoryLock,
+    create_segment,
+    mark_newest,
+    read_newest,
+    remove_segments,
+    segment_path,
+)
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "JournalStats", "SyncPolicy"]
 
@@ -160,11 +168,14 @@ class Journal:
         try:
             scan = scan_log(path)
             report = recover_tail(scan)
+            _refuse_a_missing_tail(path, scan.segments[-1].number if scan.segments else None)
             if scan.segments:
                 last = scan.segments[-1]
                 fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
                 number, offset = last.number, last.size
                 sealed = {s.number: s.size for s in scan.segments[:-1]}
+                if (read_newest(path) or 0) < number:  # a journal of an earlier version
+                    mark_newest(path, number)
             else:
                 # Keep numbering monotonic if the only segment had a torn header.
                 number = report.segment if report is not None else 1
@@ -529,3 +540,11 @@ class Journal:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _refuse_a_missing_tail(directory: Path, last: int | None) -> None:
+    """Raise :class:`JournalTailMissingError` when segments the directory recorded making
+    are missing after ``last``, the newest segment left (None: none is left)."""
+    newest = read_newest(directory)
+    if newest is not None and (last is None or newest > last):
+        raise JournalTailMissingError(directory, newest if last is None else last + 1, newest)

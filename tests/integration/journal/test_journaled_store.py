@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from journal import JournalCorruptError
+from journal import JournalCorruptError, JournalTailMissingError, repair
+from journal.segments import NEWEST_FILE_NAME
 from journal.store import (
     JournalBehindDatabaseError,
     JournaledStore,
@@ -156,10 +157,36 @@ def test_journal_behind_the_database_is_refused(
     store = make_journaled(directory)
     store.add([msg(Q, 1)])
     store.stop()
-    for seg in directory.glob("*.wal"):
+    for seg in directory.glob("*.wal"):  # reset by hand, the file naming the newest too
         seg.unlink()
+    (directory / NEWEST_FILE_NAME).unlink()
     with pytest.raises(JournalBehindDatabaseError, match="deleted, reset or replaced"):
         make_journaled(directory)
+
+
+def test_a_crashed_journal_missing_its_newest_segment_is_refused_until_repaired(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    """The newest segment held writes acknowledged after the last checkpoint: the store
+    does not start without it, and after ``repair`` it replays what the others hold."""
+    directory = tmp_path / "j"
+    store = make_journaled(directory, segment_size=8192)
+    ends = []
+    for i in range(200):
+        store.add([msg(Q, i)])
+        ends.append(store.journal.position)
+    store.stop(checkpoint=False)  # as a crash leaves it
+    newest = ends[-1].segment
+    kept = [i for i, end in enumerate(ends) if end.segment != newest]
+    assert newest >= 2 and kept
+    (directory / f"{newest:016d}.wal").unlink()
+    with pytest.raises(JournalUnusableError, match=f"missing its newest segment {newest} ") as info:
+        make_journaled(directory)
+    assert isinstance(info.value.__cause__, JournalTailMissingError)
+    assert count_rows(engine, "activemq_msgs") == 0
+    repair(directory, dry_run=False)
+    store = make_journaled(directory, segment_size=8192)
+    assert [r.msgid_seq for r in store.page(Q, None, 1000)] == kept
 
 
 def test_torn_tail_at_every_offset_of_the_last_record(

@@ -46,10 +46,10 @@ def test_a_journal_that_lost_its_id_file_is_refused_not_replayed_twice(
     (tmp_path / "j" / "journal-id").unlink()
     with pytest.raises(JournalIdLostError, match="journal-id file is missing") as info:
         make_journaled(tmp_path / "j")
-    assert "move the *.wal files" in str(info.value)
+    assert "move the *.wal files and the file 'newest'" in str(info.value)
     assert count_rows(engine, "activemq_msgs") == 1
-    for segment in (tmp_path / "j").glob("*.wal"):
-        segment.rename(tmp_path / segment.name)
+    for moved in [*(tmp_path / "j").glob("*.wal"), tmp_path / "j" / "newest"]:
+        moved.rename(tmp_path / moved.name)
     store = make_journaled(tmp_path / "j")  # a new, empty journal
     assert [m.msgid_seq for m in store.page(Q, None, 10)] == [1]
 
