@@ -142,6 +142,7 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
                 report.last_checkpoint = Position(op.segment, op.offset)
                 report.last_checkpoint_record = Position(number, frame.start)
 
+    newest = read_newest(path)  # before the scan: a live writer records a segment once made
     scan = scan_log(path, on_frame)
     report.segments = [_info(s) for s in scan.segments]
     for number, seg_path in scan.unscanned:
@@ -155,13 +156,14 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
     elif undecodable:
         report.problem = undecodable[0]
     else:
-        report.problem = _missing_tail(path, scan.segments[-1].number if scan.segments else None)
+        last = scan.segments[-1].number if scan.segments else None
+        report.problem = _missing_tail(newest, last)
     return report
 
 
-def _missing_tail(directory: Path, last: int | None) -> Problem | None:
-    """The newest segments ``newest`` says the journal made that are gone, as a problem."""
-    newest = read_newest(directory)
+def _missing_tail(newest: int | None, last: int | None) -> Problem | None:
+    """The segments up to ``newest`` (as the file ``newest`` names it) missing after
+    ``last``, the newest segment left, as a problem."""
     if newest is None or (last is not None and newest <= last):
         return None
     first = newest if last is None else last + 1
