@@ -23,7 +23,7 @@ from journal.format import (
 )
 from journal.reader import Damage, Frame, FrameWalker, SegmentScan, scan_log
 from journal.records import CheckpointMark, decode_batch, flatten, op_name
-from journal.segments import read_newest
+from journal.segments import missing_after, read_newest
 
 __all__ = [
     "InspectReport",
@@ -157,18 +157,12 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
         report.problem = undecodable[0]
     else:
         last = scan.segments[-1].number if scan.segments else None
-        report.problem = _missing_tail(newest, last)
+        missing = missing_after(newest, last)
+        if missing:
+            first, name = missing[0], segment_file_name(missing[0])
+            reason = f"segments {first} to {missing[-1]} were made and are missing (file 'newest')"
+            report.problem = Problem("missing", first, name, 0, 0, reason)
     return report
-
-
-def _missing_tail(newest: int | None, last: int | None) -> Problem | None:
-    """The segments up to ``newest`` (as the file ``newest`` names it) missing after
-    ``last``, the newest segment left, as a problem."""
-    if newest is None or (last is not None and newest <= last):
-        return None
-    first = newest if last is None else last + 1
-    reason = f"segments {first} to {newest} were made and are missing (file 'newest')"
-    return Problem("missing", first, segment_file_name(first), 0, 0, reason)
 
 
 def resync(view: memoryview, start: int) -> int | None:

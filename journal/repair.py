@@ -37,6 +37,7 @@ from journal.segments import (
     fsync_directory,
     list_segments,
     mark_newest,
+    missing_after,
     read_newest,
     segment_path,
 )
@@ -241,17 +242,16 @@ def _plan_missing_tail(planner: _Planner, directory: Path, last: int | None) -> 
     """Empty stand-ins for the newest segments the directory recorded making that are gone
     after ``last`` (its file ``newest`` is dropped instead when it names a segment too far
     beyond the log to be a lost file)."""
-    newest = read_newest(directory)
-    if newest is None or (last is not None and newest <= last):
+    missing = missing_after(read_newest(directory), last)
+    if not missing:
         return
-    first = newest if last is None else last + 1
-    reason = f"missing segment; the journal made segments up to {newest}"
-    if newest - first >= MAX_MISSING:
+    reason = f"missing segment; the journal made segments up to {missing[-1]}"
+    if len(missing) > MAX_MISSING:
         marker = directory / NEWEST_FILE_NAME
-        planner.add(REMOVE, marker, 0, 0, f"{marker.name} names segment {newest}: {reason}")
+        planner.add(REMOVE, marker, 0, 0, f"{marker.name} names segment {missing[-1]}: {reason}")
         return
-    for missing in range(first, newest + 1):
-        planner.add(CREATE, segment_path(directory, missing), 0, 0, reason)
+    for number in missing:
+        planner.add(CREATE, segment_path(directory, number), 0, 0, reason)
 
 
 def _apply(directory: Path, plan: RepairPlan) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "fsync_directory",
     "list_segments",
     "mark_newest",
+    "missing_after",
     "read_newest",
     "remove_segments",
     "segment_path",
@@ -70,6 +71,14 @@ def read_newest(directory: Path) -> int | None:
     except (FileNotFoundError, UnicodeDecodeError):
         return None
     return int(text) if text.strip().isdigit() else None
+
+
+def missing_after(newest: int | None, last: int | None) -> range:
+    """The segment numbers up to ``newest`` (as ``read_newest`` gives it) missing after
+    ``last``, the newest segment left (None: none is left); empty when none is."""
+    if newest is None or (last is not None and newest <= last):
+        return range(0)
+    return range(newest if last is None else last + 1, newest + 1)
 
 
 def mark_newest(directory: Path, number: int) -> None:

@@ -28,6 +28,7 @@ from journal.segments import (
     DirectoryLock,
     create_segment,
     mark_newest,
+    missing_after,
     read_newest,
     remove_segments,
     segment_path,
@@ -168,13 +169,16 @@ class Journal:
         try:
             scan = scan_log(path)
             report = recover_tail(scan)
-            _refuse_a_missing_tail(path, scan.segments[-1].number if scan.segments else None)
+            newest = read_newest(path)
+            missing = missing_after(newest, scan.segments[-1].number if scan.segments else None)
+            if missing:
+                raise JournalTailMissingError(path, missing[0], missing[-1])
             if scan.segments:
                 last = scan.segments[-1]
                 fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
                 number, offset = last.number, last.size
                 sealed = {s.number: s.size for s in scan.segments[:-1]}
-                if (read_newest(path) or 0) < number:  # a journal of an earlier version
+                if newest is None or newest < number:  # a journal of an earlier version
                     mark_newest(path, number)
             else:
                 # Keep numbering monotonic if the only segment had a torn header.
@@ -540,11 +544,3 @@ class Journal:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _refuse_a_missing_tail(directory: Path, last: int | None) -> None:
-    """Raise :class:`JournalTailMissingError` when segments the directory recorded making
-    are missing after ``last``, the newest segment left (None: none is left)."""
-    newest = read_newest(directory)
-    if newest is not None and (last is None or newest > last):
-        raise JournalTailMissingError(directory, newest if last is None else last + 1, newest)
