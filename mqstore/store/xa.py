@@ -42,11 +42,12 @@ class XaOperations:
         """Write the work invisibly; returns the (temporary) IDs of its adds."""
         store = self.store
         check_messages(batch.adds, store.max_message_bytes)
-        if any(p.xid == xid for p in self.recover()):
-            raise TransactionError(f"XA transaction {xid} is already prepared")
         m, a = store.schema.msgs, store.schema.acks
-        ids = store.next_ids(len(batch.adds))
         with store.transaction() as conn:
+            self._hold(conn, xid)
+            if xid in self._prepared(conn):
+                raise TransactionError(f"XA transaction {xid} is already prepared")
+            ids = store.next_ids(len(batch.adds))
             store.insert_rows(conn, store.rows_for(batch.adds, ids, xid.encode("+")))
             for removal in batch.removes:
                 result = conn.execute(
@@ -77,6 +78,15 @@ class XaOperations:
                         "is already in another XA transaction"
                     )
         return ids
+
+    def _hold(self, conn: Connection, xid: Xid) -> None:
+        """Wait until no other session prepares, commits or rolls back ``xid``; held to the
+        end of ``conn``'s transaction, so of two at once the second finds the first's work
+        done (a second prepare is refused, a second commit or rollback finds nothing)."""
+        conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
+            {"key": f"mqstore xa {self.store.schema.msgs.fullname} {xid.encode('+')}"},
+        )
 
     def _prepared(
         self, conn: Connection
@@ -126,6 +136,7 @@ class XaOperations:
     def _take(
         self, conn: Connection, xid: Xid
     ) -> tuple[list[StoredMessage], list[StoredMessage], list[Ack]]:
+        self._hold(conn, xid)
         work = self._prepared(conn).get(xid)
         if work is None:
             raise TransactionError(f"no prepared XA transaction {xid}")

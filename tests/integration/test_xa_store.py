@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import base64
 import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+from unittest import mock
 
 import pytest
 import sqlalchemy as sa
@@ -125,6 +129,88 @@ def test_prepare_twice_and_conflicting_removal_are_refused(store: PostgresStore)
     with pytest.raises(TransactionError, match="already in another transaction"):
         store.xa_prepare(other, Batch(adds=[msg(Q, 6)], removes=[Removal(Q, queued)]))
     assert [p.xid for p in store.xa_recover()] == [XID]  # the failed prepare left nothing
+
+
+def _racing(
+    store: PostgresStore, first: Callable[[], object], second: Callable[[], object]
+) -> list[str]:
+    """Run ``first`` and ``second`` on two threads, ``second`` starting while ``first`` is
+    inside its database transaction, where ``first`` waits up to a second (or until
+    ``second`` has read the prepared work too); each one's outcome: ``"ok"`` or its
+    TransactionError's message."""
+    first_inside, second_read = threading.Event(), threading.Event()
+    on = threading.current_thread
+
+    def read_by_second(read: Callable[..., Any]) -> Callable[..., Any]:
+        def watched(*args: Any) -> Any:
+            work = read(*args)
+            if on().name == "second":
+                second_read.set()
+            return work
+
+        return watched
+
+    def held_on_first(take: Callable[..., Any]) -> Callable[..., Any]:
+        def held(*args: Any) -> Any:
+            if on().name == "first":
+                first_inside.set()
+                second_read.wait(1.0)
+            return take(*args)
+
+        return held
+
+    outcomes: dict[str, str] = {}
+
+    def run(name: str, call: Callable[[], object]) -> None:
+        if name == "second":
+            first_inside.wait(5.0)
+        try:
+            call()
+            outcomes[name] = "ok"
+        except TransactionError as exc:
+            outcomes[name] = str(exc)
+
+    with (
+        mock.patch.object(store.xa, "_prepared", read_by_second(store.xa._prepared)),
+        mock.patch.object(store, "next_ids", held_on_first(store.next_ids)),  # prepare
+        mock.patch.object(store, "reserve_ids", held_on_first(store.reserve_ids)),  # commit
+    ):
+        threads = [
+            threading.Thread(target=run, args=(name, call), name=name)
+            for name, call in (("first", first), ("second", second))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    return [outcomes["first"], outcomes["second"]]
+
+
+def test_two_prepares_of_one_xid_at_once_are_one_prepare_and_one_refusal(
+    store: PostgresStore,
+) -> None:
+    outcomes = _racing(
+        store,
+        lambda: store.xa_prepare(XID, Batch(adds=[msg(Q, 1)])),
+        lambda: store.xa_prepare(XID, Batch(adds=[msg(Q, 2)])),
+    )
+    assert outcomes[0] == "ok"
+    assert "already prepared" in outcomes[1]
+    [prepared] = store.xa_recover()
+    assert _seqs(list(prepared.adds)) == [1]  # not both batches under one XID
+
+
+@pytest.mark.parametrize("loser", ["commit", "rollback"])
+def test_a_commit_and_a_rollback_of_one_xid_at_once_are_one_outcome(
+    store: PostgresStore, loser: str
+) -> None:
+    store.xa_prepare(XID, Batch(adds=[msg(Q, 1)]))
+    finish = {"commit": lambda: store.xa_commit(XID), "rollback": lambda: store.xa_rollback(XID)}
+    outcomes = _racing(store, finish["commit"], finish[loser])
+    assert outcomes[0] == "ok"
+    assert "no prepared XA transaction" in outcomes[1]
+    assert _seqs(store.page(Q, None, 10)) == [1]  # committed, once
+    assert store.xa_recover() == []
 
 
 def test_a_second_prepared_ack_of_one_subscription_is_refused(store: PostgresStore) -> None:
