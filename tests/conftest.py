@@ -44,6 +44,14 @@ def _docker_answers() -> bool:
         return False
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run first. pytest-xdist's worksteal hands each worker a
+    contiguous share and lets an idle worker take from the end of another's, so a long test
+    collected late can leave one worker running it alone while the other has nothing left."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def pg_admin_dsn() -> Iterator[str]:
     """A DSN with rights to create databases on a real PostgreSQL server."""

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from sqlalchemy.engine import Engine
 
 from mqstore.openwire import encode, text_message
@@ -51,6 +52,7 @@ def _own_tracebacks(stderr: str) -> list[str]:
     return [b for b in blocks if "pyspark/daemon.py" not in b.split("\n", 2)[1]]
 
 
+@pytest.mark.slow
 def test_messages_that_together_exceed_the_heap_are_exported_and_audited(
     engine: Engine, tmp_path: Path
 ) -> None:
@@ -68,6 +70,7 @@ def test_messages_that_together_exceed_the_heap_are_exported_and_audited(
     assert report["counts"]["messages"] == 150
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_one_line_and_a_rerun_with_more_exports_once(
     engine: Engine, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ def _ids(out: Path) -> list[int]:
     )
 
 
+@pytest.mark.slow
 def test_an_export_killed_after_staging_its_rows_is_redone_once(
     activemq_engine: Engine, tmp_path: Path
 ) -> None:

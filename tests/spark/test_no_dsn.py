@@ -11,6 +11,7 @@ import time
 
 import psycopg
 import pyarrow.parquet as pq
+import pytest
 import stomp
 
 from tests.integration.test_embedded import Workdir, _free_port
@@ -40,6 +41,7 @@ def _exported_texts(work: Workdir) -> list[str]:
     return sorted(t for f in files for t in pq.read_table(f, columns=["text"])["text"].to_pylist())
 
 
+@pytest.mark.slow
 def test_without_a_dsn_the_jobs_read_the_embedded_store() -> None:
     work = Workdir()
     try:
