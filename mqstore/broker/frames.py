@@ -114,7 +114,11 @@ class FrameParser:
         self.heartbeats = 0  # EOLs seen between frames (client heart-beats)
 
     def feed(self, data: bytes) -> list[Frame]:
-        """Append ``data``; return every frame now complete."""
+        """Append ``data``; return every frame now complete.
+
+        Parsing stops after a CONNECT/STOMP frame: what follows it is read in the version
+        it negotiates, by the next call (``feed(b"")`` when no more data comes).
+        """
         self._buf += data
         frames: list[Frame] = []
         while True:
@@ -122,6 +126,8 @@ class FrameParser:
             if frame is None:
                 break
             frames.append(frame)
+            if frame.command in ("CONNECT", "STOMP"):
+                return frames
         if len(self._buf) > self.limits.max_frame_size:
             raise FrameError(f"frame larger than the limit of {self.limits.max_frame_size} bytes")
         return frames

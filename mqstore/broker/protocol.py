@@ -244,19 +244,24 @@ class Connection(Handlers):
                 return
             if not data:
                 return
-            try:
-                frames = self.parser.feed(data)
-            except FrameError as exc:
-                self.error(f"malformed frame: {exc}")
-                return
-            for frame in frames:
+            more = True
+            while more:
                 try:
-                    await self.handle(frame)
-                except (ProtocolError, FrameError, MqstoreError) as exc:
-                    self.error(for_client(exc), frame)
+                    frames = self.parser.feed(data)
+                except FrameError as exc:
+                    self.error(f"malformed frame: {exc}")
                     return
-                if self.closing:
-                    return
+                for frame in frames:
+                    try:
+                        await self.handle(frame)
+                    except (ProtocolError, FrameError, MqstoreError) as exc:
+                        self.error(for_client(exc), frame)
+                        return
+                    if self.closing:
+                        return
+                # Frames sent along with CONNECT are parsed once its version is known.
+                more = bool(frames) and frames[-1].command in ("CONNECT", "STOMP")
+                data = b""
 
     def gone(self) -> bool:
         """Whether no frame after the one being handled will be acted on: the connection is

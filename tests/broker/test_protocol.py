@@ -133,6 +133,22 @@ def test_body_with_nuls_and_escaped_headers(raw_broker: BrokerThread) -> None:
     assert raw.frame() == b"b"
 
 
+def test_frames_sent_with_the_connect_frame_are_read_in_the_negotiated_version(
+    raw_broker: BrokerThread,
+) -> None:
+    raw = Raw(raw_broker.port)
+    raw.send(
+        b"CONNECT\naccept-version:1.2\nhost:x\nheart-beat:0,0\n\n\x00"
+        b"SUBSCRIBE\ndestination:/queue/piped\nid:1\n\n\x00"
+        b"SEND\ndestination:/queue/piped\nk\\cey:a\\cb\\\\c\n\nhello\x00"
+    )
+    assert raw.frame().startswith(b"CONNECTED")
+    message = raw.frame()
+    assert message.startswith(b"MESSAGE"), message
+    # the header k:ey = a:b\c, escaped again as 1.2 says (not taken as 1.0 literal text)
+    assert b"\nk\\cey:a\\cb\\\\c\n" in message, message
+
+
 def test_heartbeat_enforced(raw_broker: BrokerThread) -> None:
     raw = Raw(raw_broker.port)
     reply = raw.connect("heart-beat:100,100\n")
