@@ -282,6 +282,8 @@ class Handlers:
     async def on_unsubscribe(self, frame: Frame) -> None:
         sub_id = frame.get("id") or frame.get("destination")
         consumer = self.consumers.pop(sub_id or "", None)
+        if consumer is None and self.version == "1.0" and not frame.get("id") and sub_id:
+            consumer = self._pop_by_destination(container_of(sub_id))
         name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
         if consumer is None and not name:
             raise _error(f"no subscription with id {sub_id!r} on this connection")
@@ -296,6 +298,14 @@ class Handlers:
                 raise _error("removing a durable subscription needs client-id and a topic")
             await self.broker.delete_durable(container, self.client_id, name)
         self.receipt(frame)
+
+    def _pop_by_destination(self, container: str) -> Consumer | None:
+        """STOMP 1.0: UNSUBSCRIBE may name the destination of a subscription made with an
+        id (the first such one goes, as in ActiveMQ)."""
+        for sub_id, consumer in self.consumers.items():
+            if consumer.container == container:
+                return self.consumers.pop(sub_id)
+        return None
 
     # -- ACK / NACK ---------------------------------------------------------------------------
     def _find(self, frame: Frame) -> Delivery:

@@ -297,3 +297,26 @@ def test_a_repeated_ack_in_one_transaction_removes_the_message_once(
     assert wait_until(lambda: broker.store.count("queue://tw") == 0)
     assert broker.snapshot()["destinations"]["queue://tw"]["depth"] == 0
     cons.disconnect()
+
+
+def test_a_stomp_10_unsubscribe_naming_the_destination_ends_a_subscription_with_an_id(
+    mem_broker: BrokerThread,
+) -> None:
+    """STOMP 1.0 (and ActiveMQ) let UNSUBSCRIBE name the destination instead of the id."""
+    _fill(mem_broker, "/queue/u10", 2)
+    cons, col = connect(mem_broker.port, version="1.0")
+    cons.subscribe("/queue/u10", id="sub-1", ack="client")
+    assert [m.body for m in col.wait_messages(2)] == ["m0", "m1"]
+    cons.unsubscribe(destination="/queue/u10", receipt="gone")
+    assert col.wait(lambda: "gone" in col.receipts or bool(col.errors))
+    assert not col.errors, col.errors[0].headers
+    # the unacknowledged messages go to the next consumer; the first one gets no more
+    other, col2 = connect(mem_broker.port)
+    other.subscribe("/queue/u10", id="s", ack="auto")
+    again = col2.wait_messages(2)
+    assert [(m.body, m.headers["redelivered"]) for m in again] == [("m0", "true"), ("m1", "true")]
+    _fill(mem_broker, "/queue/u10", 1)
+    col2.wait_messages(3)
+    assert len(col.messages) == 2
+    cons.disconnect()
+    other.disconnect()
