@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -11,17 +10,13 @@ from typing import Any
 
 from journal.errors import JournalDecodeError
 from journal.format import (
-    FRAME_CRC,
-    FRAME_HEAD,
-    FRAME_OVERHEAD,
     RECORD_BATCH,
     RECORD_CHECKPOINT,
     RECORD_PADDING,
     Position,
-    frame_crc,
     segment_file_name,
 )
-from journal.reader import Damage, Frame, FrameWalker, SegmentScan, scan_log
+from journal.reader import Damage, Frame, FrameWalker, SegmentScan, resync, scan_log
 from journal.records import CheckpointMark, decode_batch, flatten, op_name
 from journal.segments import missing_after, read_newest
 
@@ -63,7 +58,6 @@ class Problem:
     reason: str
 
 
-_TYPE_BYTE = re.compile(rb"[\x01\x02\x03]")
 _RECORD_NAMES = {RECORD_BATCH: "batch", RECORD_CHECKPOINT: "checkpoint", RECORD_PADDING: "padding"}
 
 
@@ -163,22 +157,6 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
             reason = f"segments {first} to {missing[-1]} were made and are missing (file 'newest')"
             report.problem = Problem("missing", first, name, 0, 0, reason)
     return report
-
-
-def resync(view: memoryview, start: int) -> int | None:
-    """Offset of the first valid frame at or after ``start`` (for counting what is lost)."""
-    data = bytes(view)
-    for match in _TYPE_BYTE.finditer(data, start + FRAME_HEAD.size - 1):
-        pos = match.start() - (FRAME_HEAD.size - 1)
-        (length,) = FRAME_CRC.unpack_from(data, pos)
-        end = pos + FRAME_OVERHEAD + length
-        if end > len(data):
-            continue
-        (stored,) = FRAME_CRC.unpack_from(data, end - FRAME_CRC.size)
-        head = view[pos : pos + FRAME_HEAD.size]
-        if stored == frame_crc(head, view[pos + FRAME_HEAD.size : end - FRAME_CRC.size]):
-            return pos
-    return None
 
 
 def count_frames(view: memoryview, start: int, counts: Counter[str]) -> int:

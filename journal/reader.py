@@ -9,6 +9,9 @@ acknowledged. In the last segment these are a torn tail and are truncated on ope
 * zero bytes (preallocated or zero-filled space) up to the end of the file;
 * a last segment shorter than its header or with an all-zero header (crash while creating it).
 
+The first two only when no valid record follows: a damaged length field makes a record in
+the middle look like one that runs on, and the records after it were acknowledged.
+
 Anything else (a bad frame with valid-looking data after it, any bad frame in an earlier
 segment, a bad segment header, a gap in segment numbers) is corruption: acknowledged records
 may be affected, so :class:`~journal.errors.JournalCorruptError` is raised.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +53,7 @@ __all__ = [
     "check_header",
     "read_records",
     "recover_tail",
+    "resync",
     "scan_log",
 ]
 
@@ -133,8 +138,32 @@ class LogScan:
         return None
 
 
+_TYPE_BYTE = re.compile(rb"[\x01\x02\x03]")
+
+
 def _all_zero(view: memoryview) -> bool:
     return not bytes(view).strip(b"\x00")
+
+
+def resync(view: memoryview, start: int) -> int | None:
+    """Offset of the first valid frame at or after ``start``, or None."""
+    data = bytes(view)
+    for match in _TYPE_BYTE.finditer(data, start + FRAME_HEAD.size - 1):
+        pos = match.start() - (FRAME_HEAD.size - 1)
+        (length,) = FRAME_CRC.unpack_from(data, pos)
+        end = pos + FRAME_OVERHEAD + length
+        if end > len(data):
+            continue
+        (stored,) = FRAME_CRC.unpack_from(data, end - FRAME_CRC.size)
+        head = view[pos : pos + FRAME_HEAD.size]
+        if stored == frame_crc(head, view[pos + FRAME_HEAD.size : end - FRAME_CRC.size]):
+            return pos
+    return None
+
+
+def _nothing_follows(view: memoryview, pos: int) -> bool:
+    """Whether no valid frame starts after ``pos``: bad bytes there may be a torn write."""
+    return resync(view, pos + 1) is None
 
 
 class FrameWalker:
@@ -161,7 +190,8 @@ class FrameWalker:
                 self.problem = (pos, f"{size - pos} zero bytes", True)
                 return
             if end > size:
-                self.problem = (pos, f"record of {length} bytes runs past end of file", True)
+                runs_on = f"record of {length} bytes runs past end of file"
+                self.problem = (pos, runs_on, _nothing_follows(view, pos))
                 return
             reason = None
             if rtype not in RECORD_TYPES:
@@ -174,7 +204,8 @@ class FrameWalker:
                 if stored != frame_crc(view[pos : pos + FRAME_HEAD.size], payload):
                     reason = "record checksum (CRC32C) mismatch"
             if reason is not None:
-                self.problem = (pos, reason, _all_zero(view[end:]))
+                torn = _all_zero(view[end:]) and _nothing_follows(view, pos)
+                self.problem = (pos, reason, torn)
                 return
             yield Frame(pos, end, rtype, payload)
             pos = end

@@ -267,3 +267,26 @@ def test_a_record_that_does_not_decode_is_refused_then_repaired(tmp_path: Path) 
     assert plan.lost_records == 0 and plan.applied  # the readable record after it is kept
     with Journal.open(tmp_path) as journal:
         assert ids_of(journal) == [0, 2]
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["closed", "preallocated"])
+def test_a_bad_length_in_the_last_segment_is_corruption_not_a_torn_tail(
+    tmp_path: Path, crashed: bool
+) -> None:
+    ends = write_log(tmp_path, 5)
+    path = segment_file(tmp_path)
+    bad_start = ends[1].offset
+    if crashed:  # the length now ends inside the zeroed space a killed writer leaves
+        flip(path, bad_start + 1)
+        with open(path, "ab") as f:
+            f.write(bytes(64 * 1024))
+    else:  # the length now runs past the end of the file
+        flip(path, bad_start + 3)
+    with pytest.raises(JournalCorruptError) as info:  # records 3 and 4 were acknowledged
+        Journal.open(tmp_path)
+    assert (info.value.segment, info.value.offset) == (path, bad_start)
+    plan = repair(tmp_path, dry_run=False)
+    first = plan.actions[0]  # then the zeroed space, a torn tail, is cut
+    assert (first.action, first.offset, first.end) == ("pad", bad_start, ends[2].offset)
+    with Journal.open(tmp_path) as journal:
+        assert ids_of(journal) == [0, 1, 3, 4]
