@@ -367,5 +367,7 @@ def read_records(
             yield Position(number, frame.end), ops
         if walker.problem is not None:
             raise JournalCorruptError(path, walker.problem[0], walker.problem[1])
-        if not boundary_ok:
+        # Past the end of a segment followed by others: repair cut it behind ``after``.
+        cut = skip_to > len(view) and number != segments[-1][0]
+        if not boundary_ok and not cut:
             raise JournalError(f"journal position {after} is not a record boundary")

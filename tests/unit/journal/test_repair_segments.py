@@ -6,8 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from journal import Journal, JournalCorruptError, repair
+from journal import AddMessage, Journal, JournalCorruptError, JournalError, Position, repair
 from tests.unit.journal.test_recovery import SEGMENT, flip, ids_of, segment_file, write_log
+
+
+def ids_of_after(journal: Journal, after: Position) -> list[int]:
+    return [op.id for _, ops in journal.recover(after) for op in ops if isinstance(op, AddMessage)]
 
 
 def test_an_emptied_middle_segment_gets_its_header_back_and_the_later_ones_stay(
@@ -51,3 +55,18 @@ def test_two_bad_records_in_different_segments_are_both_padded(tmp_path: Path) -
     with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
         assert len(ids_of(journal)) == len(ends) - 2
     assert repair(tmp_path).problem is None
+
+
+def test_a_checkpoint_beyond_a_cut_segment_replays_from_the_next_one(tmp_path: Path) -> None:
+    ends = write_log(tmp_path, 400, segment_size=SEGMENT)
+    last_of_2 = max(i for i, e in enumerate(ends) if e.segment == 2)
+    checkpoint = ends[last_of_2]  # a checkpoint taken when segment 2 was the active one
+    flip(segment_file(tmp_path, 2), ends[last_of_2 - 1].offset + 20)  # its last record
+    plan = repair(tmp_path, dry_run=False)
+    assert [(a.action, a.offset) for a in plan.actions] == [
+        ("truncate", ends[last_of_2 - 1].offset)
+    ]
+    with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
+        assert ids_of_after(journal, checkpoint) == list(range(last_of_2 + 1, len(ends)))
+        with pytest.raises(JournalError, match="not a record boundary"):
+            list(journal.recover(Position(2, ends[last_of_2 - 2].offset - 1)))
