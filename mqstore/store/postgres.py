@@ -308,9 +308,16 @@ class PostgresStore:
             self._last_id = max(self._last_id, min_last_id)
 
     def bound(self) -> int:
-        """Pages never read past the lowest uncommitted ID (IDs may commit out of order)."""
+        """Pages never read past the lowest uncommitted ID (IDs may commit out of order).
+
+        Nor past the next ID to be handed out: a page's query reads the table a moment
+        after it takes this bound, and IDs reserved in between may commit out of order
+        before it does. A store that is not writing (stopped, deposed) bounds nothing.
+        """
         with self._seq_lock:
-            return min(self._inflight) if self._inflight else NO_BOUND
+            writing = self._started and not self._lock_lost
+            next_id = self._last_id + 1 if writing else NO_BOUND
+            return min(min(self._inflight, default=NO_BOUND), next_id)
 
     def column_priority(self, jms_priority: int) -> int:
         """The PRIORITY column value: the real priority only in prioritized mode."""

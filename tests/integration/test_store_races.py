@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -12,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from mqstore.db import libpq_dsn
-from mqstore.store import Batch, PostgresStore, StoredMessage, Xid
+from mqstore.store import Batch, PostgresStore, StoredMessage, SubscriptionKey, Xid
 from tests.integration.conftest import msg
 
 Q = "queue://orders"
@@ -51,6 +52,54 @@ def test_a_page_stops_below_an_add_still_being_committed(
     release.set()
     slow.join()
     assert _read_all(store, first) == [1, 2]
+
+
+def _adds_race_the_page(
+    store: PostgresStore, container: str, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], None]:
+    """Once a page has taken its ID bound: an add to ``container`` reserves ID n, and one of
+    ID n + 1 commits, both before the page's query reads the table; returns the release
+    of ID n's commit."""
+    paused, release = _paused(store, "_write_batch", monkeypatch)
+    slow = threading.Thread(target=store.add, args=([msg(container, 1)],))
+    real_bound = store.bound
+
+    def bound_then_adds() -> int:
+        bound = real_bound()
+        if not paused.is_set():
+            slow.start()
+            assert paused.wait(5)  # ID n reserved, its commit under way
+            store.add([msg(container, 2)])  # ID n + 1, committed first
+        return bound
+
+    monkeypatch.setattr(store, "bound", bound_then_adds)
+
+    def finish() -> None:
+        release.set()
+        slow.join()
+
+    return finish
+
+
+def test_a_page_stops_below_ids_reserved_after_it_took_its_bound(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finish = _adds_race_the_page(store, Q, monkeypatch)
+    first = store.page(Q, None, 100)
+    finish()
+    assert _read_all(store, first) == [1, 2]
+
+
+def test_a_durable_page_stops_below_ids_reserved_after_it_took_its_bound(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = SubscriptionKey("topic://prices", "client-1", "sub-a")
+    store.add_subscription(key)
+    finish = _adds_race_the_page(store, key.container, monkeypatch)
+    first = store.page_subscription(key, None, 100)
+    finish()
+    later = store.page_subscription(key, first[-1].cursor if first else None, 100)
+    assert [m.msgid_seq for m in first + later] == [1, 2]
 
 
 def test_an_xa_commit_holds_pages_below_the_ids_it_gives(
