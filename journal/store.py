@@ -69,7 +69,7 @@ from mqstore.store.model import (
     Xid,
 )
 from mqstore.store.postgres import PostgresStore
-from mqstore.store.validation import check_container, check_messages, check_topic
+from mqstore.store.validation import check_container, check_messages, check_subscription
 
 __all__ = [
     "JournalBehindDatabaseError",
@@ -616,7 +616,7 @@ class JournaledStore(MergedReads):
         sub_dest: str | None = None,
         retroactive: bool = False,
     ) -> Subscription:
-        check_topic(key.container)
+        check_subscription(key, selector, sub_dest)
         existing = self.get_subscription(key)
         if existing is not None:
             return existing

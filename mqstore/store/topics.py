@@ -19,7 +19,7 @@ from mqstore.store.model import (
     Subscription,
     SubscriptionKey,
 )
-from mqstore.store.validation import check_topic
+from mqstore.store.validation import check_subscription
 
 if TYPE_CHECKING:
     from mqstore.store.postgres import PostgresStore
@@ -40,7 +40,7 @@ class TopicOperations:
         retroactive: bool,
     ) -> Subscription:
         """Create it (LAST_ACKED_ID = newest ID, or -1 when retroactive), or return it."""
-        check_topic(key.container)
+        check_subscription(key, selector, sub_dest)
         existing = self.get(key)
         if existing is not None:
             return existing

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from mqstore.errors import DuplicateMessageError, InvalidMessageError
 from mqstore.schema import NAME_LENGTH
-from mqstore.store.model import CONTAINER_PREFIXES, NewMessage
+from mqstore.store.model import CONTAINER_PREFIXES, NewMessage, SubscriptionKey
 
 
 def check_container(container: str) -> None:
@@ -30,6 +30,25 @@ def check_topic(container: str) -> None:
     check_container(container)
     if not container.startswith("topic://"):
         raise InvalidMessageError(f"durable subscriptions need a topic, not {container!r}")
+
+
+def check_subscription(key: SubscriptionKey, selector: str | None, sub_dest: str | None) -> None:
+    """A durable subscription whose values fit ActiveMQ's ACKS columns."""
+    check_topic(key.container)
+    if sub_dest is not None:
+        check_container(sub_dest)
+    for what, value in (("client id", key.client_id), ("subscription name", key.sub_name)):
+        if not value or len(value) > NAME_LENGTH:
+            raise InvalidMessageError(
+                f"durable subscription {what} must be 1..{NAME_LENGTH} characters, got "
+                f"{len(value or '')} ({key.container})"
+            )
+    if selector is not None and len(selector) > NAME_LENGTH:
+        raise InvalidMessageError(
+            f"selector of {len(selector)} characters is too long: ActiveMQ's SELECTOR column "
+            f"holds at most {NAME_LENGTH}; use a shorter one ({key.container}, "
+            f"{key.client_id}/{key.sub_name})"
+        )
 
 
 def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> None:

@@ -277,3 +277,22 @@ def test_pages_bounded_by_bytes(subject: Callable[..., Subject]) -> None:
         assert page(dest, 3, 100, 20) == [4, 5]
         assert page(dest, None, 2, 10**6) == [0, 1]
         assert page(dest, 5, 100, 250) == [10, 11]
+
+
+@pytest.mark.parametrize(
+    ("key", "options", "match"),
+    [
+        (SubscriptionKey(T, "c" * 251, "s"), {}, "client id"),
+        (SubscriptionKey(T, "c", "s" * 251), {}, "subscription name"),
+        (SubscriptionKey(T, "c", "s"), {"selector": "price > 1 AND " + "x" * 240}, "selector"),
+        (SubscriptionKey(T, "c", "s"), {"sub_dest": "topic://" + "x" * 243}, "at most 250"),
+    ],
+)
+def test_subscription_values_longer_than_the_columns_are_refused(
+    subject: Callable[..., Subject], key: SubscriptionKey, options: dict[str, str], match: str
+) -> None:
+    s = subject()
+    with pytest.raises(InvalidMessageError, match=match):
+        s.store.add_subscription(key, **options)  # type: ignore[arg-type]
+    s.settle()  # nothing reached the journal that a checkpoint could not write
+    assert s.store.subscriptions() == []
