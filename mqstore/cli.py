@@ -20,10 +20,18 @@ from rich.table import Table
 
 from mqstore import migrate
 from mqstore.errors import ConfigError, MqstoreError, SchemaError
+from mqstore.migration_guards import BROKER_PRIVILEGES
 from mqstore.settings import Settings, load_settings
 
 T = TypeVar("T")
-_UNDEFINED_TABLE = "42P01"
+#: PostgreSQL refusals of a command's statements a user fixes, by SQLSTATE: what to do.
+_DATABASE_ADVICE = {
+    "42P01": "this database has no mqstore tables for this --table-prefix; run "
+    "`mqstore db upgrade` (or `mqstore db adopt` for ActiveMQ's), or give the prefix",
+    "42501": "the DSN's role lacks rights on the tables: as their owner run GRANT "
+    f"{', '.join(BROKER_PRIVILEGES)} ON ALL TABLES IN SCHEMA <schema> TO <role>, or use "
+    "a DSN whose role has them",
+}
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 console = Console()
 err_console = Console(stderr=True)
@@ -69,14 +77,11 @@ def _run(fn: Callable[[], T]) -> T:
         return fn()
     except MqstoreError as exc:
         message = str(exc)
-    except sa.exc.ProgrammingError as exc:
-        if getattr(exc.orig, "sqlstate", None) != _UNDEFINED_TABLE:
+    except sa.exc.DBAPIError as exc:
+        advice = _DATABASE_ADVICE.get(str(getattr(exc.orig, "sqlstate", "")))
+        if advice is None:
             raise
-        first = str(exc.orig).splitlines()[0]
-        message = (
-            f"{first}: this database has no mqstore tables for this --table-prefix; run "
-            "`mqstore db upgrade` (or `mqstore db adopt` for ActiveMQ's), or give the prefix"
-        )
+        message = f"{str(exc.orig).splitlines()[0]}: {advice}"
     except OSError as exc:  # a port in use, a directory that cannot be made, ...
         where = f": {exc.filename}" if exc.filename else ""
         message = f"{exc.strerror or exc}{where}"
@@ -88,10 +93,12 @@ def _settings(dsn: str | None, prefix: str | None, data_dir: Path | None, **more
     return load_settings(dsn=dsn, table_prefix=prefix, data_dir=data_dir, **more)
 
 
-def _settings_to_read(dsn: str | None, prefix: str | None, data_dir: Path | None) -> Settings:
-    """Settings for a command that only reads (or drops): with no DSN, the embedded store
-    must exist already (such a command never creates one)."""
-    settings = _settings(dsn, prefix, data_dir)
+def _settings_to_read(
+    dsn: str | None, prefix: str | None, data_dir: Path | None, **more: Any
+) -> Settings:
+    """Settings for a command on an existing store (every one but ``serve`` and ``db
+    upgrade``): with no DSN, the embedded store must exist already (it never creates one)."""
+    settings = _settings(dsn, prefix, data_dir, **more)
     if settings.dsn is None:
         from mqstore.embedded import store_exists
 
@@ -237,7 +244,7 @@ def db_adopt(
     def body() -> None:
         from mqstore.app import open_database
 
-        settings = _settings(dsn, table_prefix, data_dir)
+        settings = _settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
             report = migrate.adopt(database.engine, settings.table_prefix)
         for action in report.actions:
@@ -612,7 +619,9 @@ def history_trim(
         from mqstore.archive import database_identity, exported_history_bound
         from mqstore.store.history import MAX_HIST_ID, TrimBound, count_trimmable, trim_history
 
-        settings = _settings(dsn, table_prefix, data_dir, history_retention_days=older_than_days)
+        settings = _settings_to_read(
+            dsn, table_prefix, data_dir, history_retention_days=older_than_days
+        )
         days = settings.history_retention_days
         if days <= 0 and exported is None:
             raise ConfigError(

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from psycopg import sql
+from sqlalchemy.engine import Engine, make_url
 
 from mqstore import migrate
+from mqstore.db import libpq_dsn
+from tests.conftest import Databases
 from tests.integration.test_cli import mqstore
+
+_roles = itertools.count()
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str], words: str) -> None:
@@ -35,6 +43,56 @@ def _one_line_error(result: subprocess.CompletedProcess[str], words: str) -> Non
 )
 def test_commands_on_a_database_without_tables(empty_dsn: str, args: list[str], words: str) -> None:
     _one_line_error(mqstore(*args, "--dsn", empty_dsn), words)
+
+
+@pytest.fixture
+def no_rights_dsn(databases: Databases, dsn: str) -> Iterator[str]:
+    """``dsn`` with its sessions run as a role granted nothing on the tables."""
+    name = f"mqs_t{os.getpid()}_cli_{next(_roles)}"
+    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
+    try:
+        url = make_url(dsn).update_query_dict({"options": f"-crole={name}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats"],
+        ["lock", "status"],
+        ["browse", "orders"],
+        ["db", "status"],
+        ["journal", "forget", "j1", "--yes"],
+        ["history", "trim", "--older-than-days", "1"],
+    ],
+)
+def test_a_role_without_rights_on_the_tables_is_told_the_grant(
+    no_rights_dsn: str, args: list[str]
+) -> None:
+    result = mqstore(*args, "--dsn", no_rights_dsn)
+    _one_line_error(result, "permission denied for table")
+    assert "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["history", "trim", "--older-than-days", "1"], ["db", "adopt"]], ids=str
+)
+def test_commands_on_an_embedded_store_that_is_not_there_make_none(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """Without a DSN, only `serve` and `db upgrade` create the embedded store: elsewhere a
+    wrong directory is named, not a new, empty store made there and blamed for its tables."""
+    data_dir = tmp_path / "mqstore-data"
+    env = {k: v for k, v in os.environ.items() if k != "MQSTORE_DSN"}
+    result = mqstore(*args, "--data-dir", str(data_dir), env=env)
+    _one_line_error(result, f"no embedded store in {data_dir}")
+    assert not data_dir.exists()
 
 
 def test_a_database_newer_than_this_mqstore_is_named(empty_engine: Engine, empty_dsn: str) -> None:
