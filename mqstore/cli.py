@@ -582,6 +582,7 @@ def journal_forget(
                 "To accept the loss, rerun with --yes"
             )
         with open_database(settings) as database, database.engine.begin() as conn:
+            migrate.require_head(conn, settings.table_prefix)
             if not runs.forget(conn, schema, journal_id):
                 raise ConfigError(
                     f"{schema.journal.name} has no journal {journal_id!r} left running: "

@@ -76,8 +76,7 @@ def test_a_role_without_rights_on_the_tables_is_told_the_grant(
     no_rights_dsn: str, args: list[str]
 ) -> None:
     result = mqstore(*args, "--dsn", no_rights_dsn)
-    _one_line_error(result, "permission denied for table")
-    assert "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA" in result.stderr
+    _one_line_error(result, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA")
 
 
 @pytest.mark.parametrize(
@@ -100,6 +99,15 @@ def test_a_database_newer_than_this_mqstore_is_named(empty_engine: Engine, empty
     with empty_engine.begin() as conn:
         conn.execute(sa.text("UPDATE mqstore_version SET version_num = '0099'"))
     _one_line_error(mqstore("db", "upgrade", "--dsn", empty_dsn), "newer than this mqstore")
+
+
+def test_journal_forget_on_an_older_schema_says_to_upgrade(
+    empty_engine: Engine, empty_dsn: str
+) -> None:
+    migrate.upgrade(empty_engine, revision="0002")  # the journal table, without stopped_at
+    result = mqstore("journal", "forget", "j1", "--yes", "--dsn", empty_dsn)
+    _one_line_error(result, "run `mqstore db upgrade`")
+    assert "0002" in result.stderr
 
 
 def test_downgrade_refuses_while_a_broker_holds_the_lease(engine: Engine, dsn: str) -> None:
