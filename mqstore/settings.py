@@ -5,6 +5,7 @@ CLI flags mirror these fields; a flag given on the command line wins over the en
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Literal
@@ -23,7 +24,7 @@ class Settings(BaseSettings):
     and ``mqstore db`` do that; library users pass a DSN).
     """
 
-    model_config = SettingsConfigDict(env_prefix="MQSTORE_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="MQSTORE_", extra="forbid", env_ignore_empty=True)
 
     dsn: str | None = Field(default=None, description="PostgreSQL DSN (postgresql://...)")
     data_dir: Path = Field(
@@ -180,14 +181,19 @@ class Settings(BaseSettings):
         return self.journal_dir if self.journal_dir is not None else self.data_dir / "journal"
 
 
+def _source(loc: tuple[int | str, ...], given: dict[str, object]) -> str:
+    """What a user set to give the value at ``loc``: its environment variable when it came
+    from there, else the setting's name."""
+    name = ".".join(str(part) for part in loc) or "settings"
+    variable = f"MQSTORE_{name.upper()}"
+    return variable if name not in given and variable in os.environ else name
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment plus explicit overrides (``None`` means not given)."""
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = "; ".join(f"{_source(err['loc'], given)}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"invalid configuration: {problems}") from None

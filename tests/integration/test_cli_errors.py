@@ -94,6 +94,20 @@ def test_commands_on_an_embedded_store_that_is_not_there_make_none(
     assert not data_dir.exists()
 
 
+def test_a_bad_environment_variable_is_named_and_an_empty_one_is_unset(
+    tmp_path: Path, dsn: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQSTORE_")}
+    bad = mqstore("stats", "--dsn", dsn, env={**env, "MQSTORE_LEASE_MS": "ten"})
+    _one_line_error(bad, "MQSTORE_LEASE_MS: Input should be a valid integer")
+    flag = mqstore("stats", "--dsn", dsn, "--table-prefix", "a b", env=env)
+    _one_line_error(flag, "table_prefix: Value error")  # the flag's, not the environment's
+    assert "MQSTORE_" not in flag.stderr
+    data_dir = tmp_path / "mqstore-data"
+    empty = mqstore("stats", "--data-dir", str(data_dir), env={**env, "MQSTORE_DSN": ""})
+    _one_line_error(empty, f"no embedded store in {data_dir}")  # as if MQSTORE_DSN were unset
+
+
 def test_a_database_newer_than_this_mqstore_is_named(empty_engine: Engine, empty_dsn: str) -> None:
     migrate.upgrade(empty_engine)
     with empty_engine.begin() as conn:
