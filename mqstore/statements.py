@@ -165,8 +165,10 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     Run in autocommit it is its own transaction. When ``fenced`` it reads the lock row FOR
     SHARE first and writes only while ``BROKER_NAME = :holder``: a takeover's UPDATE waits
     for it, and it returns the holder it found so the caller can tell it was deposed. With
-    ``session_fence`` (the row lock, held FOR UPDATE by another session of the same broker)
-    it writes only while that session's transaction ``:lock_xact`` is in progress. The
+    ``session_fence`` (the row lock, held FOR NO KEY UPDATE by another session of the same
+    broker) it writes only while that session's transaction ``:lock_xact`` is in progress,
+    holding the lock row FOR KEY SHARE NOWAIT: a new master's FOR UPDATE waits for it, and
+    one that holds the row already makes it fail with SQLSTATE 55P03. The
     removal waits for the insert (it reads its count), so adds come first as in a
     transaction: re-adding the JMS id of a message the batch removes is a duplicate.
     Parameters are those of ``insert_msgs`` for the adds, ``:rm_*`` for the removals,
@@ -178,7 +180,10 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
     guard = " AND EXISTS (SELECT 1 FROM f WHERE f.broker_name = :holder)" if shape.fenced else ""
     ctes = []
     if shape.fenced and shape.session_fence:
-        alive = f"SELECT CAST(:holder AS text) AS broker_name WHERE {LOCK_SESSION_ALIVE}"
+        alive = (
+            f"SELECT CAST(:holder AS text) AS broker_name FROM {schema.lock.name} "
+            f"WHERE id = 1 AND {LOCK_SESSION_ALIVE} FOR KEY SHARE NOWAIT"
+        )
         ctes.append(f"f AS ({alive})")
     elif shape.fenced:
         ctes.append(f"f AS (SELECT broker_name FROM {schema.lock.name} WHERE id = 1 FOR SHARE)")

@@ -2,9 +2,10 @@
 
 * :class:`LeaseLocker` is ActiveMQ's ``LeaseDatabaseLocker``: the same conditional UPDATEs and
   stored values (TIME = lease expiry in epoch ms, BROKER_NAME = holder; release to (NULL, 0)).
-* :class:`RowLocker` is ActiveMQ's ``DefaultDatabaseLocker``: ``SELECT ... FOR UPDATE`` held in
-  an open transaction for the master's whole life. It keeps a transaction open, which stops
-  VACUUM from removing dead rows in every table; prefer the lease where you can.
+* :class:`RowLocker` is ActiveMQ's ``DefaultDatabaseLocker``: the row locked in an open
+  transaction for the master's whole life (``FOR NO KEY UPDATE``, which excludes ActiveMQ's
+  ``FOR UPDATE``). It keeps a transaction open, which stops VACUUM from removing dead rows in
+  every table; prefer the lease where you can.
 
 All brokers sharing the tables must use the same kind of locker: a lease holder takes no row
 lock, so a row locker would get the row at once (and a row holder blocks lease UPDATEs).

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import threading
 import time
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -19,12 +20,23 @@ from mqstore.statements import LOCK_SESSION_ALIVE
 log = logging.getLogger(__name__)
 
 
+def _lock_not_available(exc: DBAPIError) -> bool:
+    """``lock_timeout`` ran out, or ``NOWAIT`` met a held lock."""
+    return getattr(exc.orig, "sqlstate", None) == "55P03"
+
+
 class RowLocker:
     """ActiveMQ's default locker: a row lock held in a transaction for the master's life.
 
     The open transaction keeps VACUUM from removing dead rows (ACTIVEMQ_MSGS bloats), and a
     dead master's lock lasts until PostgreSQL notices its connection is gone. Use it only
     when the ActiveMQ brokers sharing the database use ``DefaultDatabaseLocker``.
+
+    The master holds the row ``FOR NO KEY UPDATE``, which excludes every other locker
+    (ActiveMQ's ``FOR UPDATE`` too) but lets its own write transactions hold it ``FOR KEY
+    SHARE`` (see :meth:`fence`). A new master takes the row ``FOR UPDATE`` once, in a
+    savepoint, before it starts: when the old master's lock session ended with one of its
+    writes still open, the new master (ActiveMQ's as well) waits for that write to end.
     """
 
     def __init__(
@@ -49,23 +61,47 @@ class RowLocker:
 
     def acquire(self, stop: threading.Event) -> bool:
         lock = self.schema.lock
+        row = sa.select(lock).where(lock.c.id == 1)
         while not stop.is_set():
             conn = self.engine.connect()
             try:
                 conn.execute(sa.text(f"SET lock_timeout = {int(self.poll_ms)}"))
-                conn.execute(sa.select(lock).where(lock.c.id == 1).with_for_update())
+                conn.execute(row.with_for_update(key_share=True))
+                taken = self._wait_for_writes(conn, row, stop)
             except DBAPIError as exc:
                 conn.rollback()
                 conn.close()
-                if "lock timeout" not in str(exc):
+                if not _lock_not_available(exc):
                     log.warning("row lock attempt failed: %s", str(exc).splitlines()[0])
                     stop.wait(self.poll_ms / 1000)
                 continue
+            if not taken:
+                conn.rollback()
+                conn.close()
+                break
             conn.execute(sa.text("SET lock_timeout = 0"))
             xact = conn.execute(sa.text("SELECT CAST(pg_current_xact_id() AS text)")).scalar_one()
             with self._mutex:
                 self._conn, self._xact, self._lost = conn, str(xact), ""
             log.info("became master: row lock on %s", lock.name)
+            return True
+        return False
+
+    @staticmethod
+    def _wait_for_writes(conn: Connection, row: sa.Select[Any], stop: threading.Event) -> bool:
+        """Wait until no write of an earlier master is open (False: ``stop`` was set first):
+        the row taken ``FOR UPDATE`` in a savepoint, then let go, so the lock session keeps
+        ``FOR NO KEY UPDATE`` only."""
+        while not stop.is_set():
+            savepoint = conn.begin_nested()
+            try:
+                conn.execute(row.with_for_update())
+            except DBAPIError as exc:
+                savepoint.rollback()
+                if not _lock_not_available(exc):
+                    raise
+                continue
+            savepoint.rollback()
             return True
         return False
 
@@ -111,9 +147,22 @@ class RowLocker:
             return self._conn is not None
 
     def fence(self, conn: Connection) -> None:
-        """Nobody else can hold the row lock while our lock transaction lives; it may have
-        ended without this process knowing yet (its session was dropped), so ask."""
+        """Hold the lock row ``FOR KEY SHARE`` until the write commits, then check that our
+        lock transaction still lives (it may have ended without this process knowing yet:
+        its session was dropped). A new master's ``FOR UPDATE`` waits for this write, so it
+        never commits beside the new master; one that already holds the row refuses it."""
+        lock = self.schema.lock
         xact = self.fence_session
+        try:
+            conn.execute(
+                sa.select(lock.c.id)
+                .where(lock.c.id == 1)
+                .with_for_update(read=True, key_share=True, nowait=True)
+            )
+        except DBAPIError as exc:
+            if not _lock_not_available(exc):
+                raise
+            xact = None  # another broker holds the row FOR UPDATE
         alive = (
             xact is not None
             and conn.execute(
@@ -153,5 +202,8 @@ class RowLocker:
         if conn is not None:
             try:
                 conn.rollback()
+            except DBAPIError as exc:  # the lock session already ended: nothing to release
+                log.info("row lock session already ended: %s", str(exc).splitlines()[0])
+                conn.invalidate()
             finally:
                 conn.close()

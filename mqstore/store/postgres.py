@@ -453,6 +453,11 @@ class PostgresStore:
         except IntegrityError as exc:
             raise self._duplicate(exc) from None
         except OperationalError as exc:
+            if session is not None and getattr(exc.orig, "sqlstate", None) == "55P03":
+                # The lock row's NOWAIT failed (or a lock_timeout set in the DSN ran out):
+                # LockLostError when another broker holds the row.
+                with self.engine.connect() as conn:
+                    self.locker.fence(conn)
             raise DatabaseUnavailableError(
                 describe_connect_error(exc, self.engine.url)
                 + "; the batch may or may not have been committed"
