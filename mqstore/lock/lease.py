@@ -301,14 +301,13 @@ class LeaseLocker:
 
     def check_fence(self, found: str | None) -> None:
         if found != self.holder:
-            self._lose(
-                f"the lease on {self.schema.lock.name} now belongs to {found!r}"
-                if found is not None
-                else f"the lease on {self.schema.lock.name} was released by another process"
+            owner = (
+                "was released by another process" if found is None else f"now belongs to {found!r}"
             )
+            self._lose(f"the lease on {self.schema.lock.name} {owner}")
             raise LockLostError(
-                f"the lease on {self.schema.lock.name} now belongs to {found!r}, not "
-                f"{self.holder!r}: this store stopped writing. Restart it to wait as a standby."
+                f"the lease on {self.schema.lock.name} {owner}: this store "
+                f"({self.holder!r}) stopped writing. Restart it to wait as a standby."
             )
 
     def _lose(self, reason: str) -> None:
