@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from mqstore.errors import LockLostError
+from mqstore.errors import LockError, LockLostError
 from mqstore.lock.locker import Renewal
 from mqstore.schema import StoreSchema
 from mqstore.statements import LOCK_SESSION_ALIVE
@@ -66,7 +66,9 @@ class RowLocker:
             conn = self.engine.connect()
             try:
                 conn.execute(sa.text(f"SET lock_timeout = {int(self.poll_ms)}"))
-                conn.execute(row.with_for_update(key_share=True))
+                if conn.execute(row.with_for_update(key_share=True)).first() is None:
+                    conn.close()
+                    raise LockError(f"{lock.name} has no row ID=1: run `mqstore db upgrade`")
                 taken = self._wait_for_writes(conn, row, stop)
             except DBAPIError as exc:
                 conn.rollback()

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from mqstore.db import create_engine, libpq_dsn
-from mqstore.errors import LockLostError
+from mqstore.errors import LockError, LockLostError
 from mqstore.lock import LeaseLocker, RowLocker
 from mqstore.statements import statements_for
 from mqstore.store import PostgresStore
@@ -181,3 +181,11 @@ def test_a_row_lock_standby_waits_for_a_single_statement_commit_in_flight(
             stop.set()
             taker.join(10) if taker.is_alive() else None
             a.stop()
+
+
+def test_a_row_lock_on_a_lock_table_without_its_row_is_refused(engine: Engine) -> None:
+    """Like the lease: no row ID=1 to lock is a schema to repair, never a master."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM activemq_lock"))
+    with pytest.raises(LockError, match="no row ID=1: run `mqstore db upgrade`"):
+        RowLocker(engine, SCHEMA, "A", poll_ms=100).acquire(threading.Event())
