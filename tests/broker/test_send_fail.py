@@ -370,5 +370,5 @@ def test_bad_waits_in_the_settings_are_refused_clearly(
     monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     monkeypatch.setenv(f"MQSTORE_{name}", "-2")
-    with pytest.raises(ConfigError, match=f"{name.lower()}: .*give -1 .* 0 .* milliseconds"):
+    with pytest.raises(ConfigError, match=f"MQSTORE_{name}: .*give -1 .* 0 .* milliseconds"):
         load_settings()

@@ -152,7 +152,7 @@ def test_downgrade_refuses_while_a_broker_holds_the_lease(engine: Engine, dsn: s
         (["--stomp", "127.0.0.1:99999"], {}, "port from 0 to 65535"),
         (["--log-level", "bogus"], {}, "--log-level must be one of"),
         ([], {"MQSTORE_JOURNAL_SYNC": "bogus"}, "invalid journal sync policy"),
-        ([], {"MQSTORE_METRICS_PORT": "-1"}, "metrics_port"),
+        ([], {"MQSTORE_METRICS_PORT": "-1"}, "MQSTORE_METRICS_PORT: Input should be greater"),
         (["--users-file", "/nonexistent/users.properties"], {}, "cannot read the users file"),
     ],
 )
