@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqstore import migrate
+from mqstore.db import sqlstate
 from mqstore.errors import ConfigError, MqstoreError, SchemaError
 from mqstore.migration_guards import BROKER_PRIVILEGES
 from mqstore.settings import Settings, load_settings
@@ -78,7 +79,7 @@ def _run(fn: Callable[[], T]) -> T:
     except MqstoreError as exc:
         message = str(exc)
     except sa.exc.DBAPIError as exc:
-        advice = _DATABASE_ADVICE.get(str(getattr(exc.orig, "sqlstate", "")))
+        advice = _DATABASE_ADVICE.get(sqlstate(exc))
         if advice is None:
             raise
         message = f"{str(exc.orig).splitlines()[0]}: {advice}"

@@ -108,6 +108,15 @@ def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
     )
 
 
+#: SQLSTATE of a lock that ``NOWAIT`` or ``lock_timeout`` did not wait for.
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def sqlstate(exc: DBAPIError) -> str:
+    """PostgreSQL's SQLSTATE of a driver error ("" when it carries none)."""
+    return str(getattr(exc.orig, "sqlstate", None) or "")
+
+
 #: How libpq and the server word the end of an established connection.
 _LOST = (
     "server closed the connection",

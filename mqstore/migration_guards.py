@@ -10,11 +10,10 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
 from mqstore.errors import SchemaError
 from mqstore.lock.status import read_lock
 from mqstore.schema import build_schema, version_table_name
-
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def lock_migrations(conn: Connection, prefix: str = "") -> None:
@@ -74,7 +73,7 @@ def refuse_row_locked(conn: Connection, prefix: str = "") -> None:
         with conn.begin_nested():
             conn.execute(sa.select(lock.c.id).with_for_update(nowait=True))
     except sa.exc.OperationalError as exc:
-        if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+        if sqlstate(exc) != LOCK_NOT_AVAILABLE:
             raise
         raise SchemaError(
             f"{lock.name} is locked by a running broker (mqstore's --lock row or ActiveMQ's "
@@ -106,8 +105,8 @@ _DATABASE_FIXES = {
     "options=-csearch_path=...",
     "25006": "the database is read-only (a standby, or default_transaction_read_only): "
     "point the DSN at the primary",
-    "55P03": "another session holds a lock on a table it needs (a running broker?): stop it, "
-    "or retry when it is idle",
+    LOCK_NOT_AVAILABLE: "another session holds a lock on a table it needs (a running "
+    "broker?): stop it, or retry when it is idle",
     "57014": "a statement ran past the role's statement_timeout (adopt indexes every row): "
     "run it with a longer one, e.g. options=-cstatement_timeout=0 in the DSN",
     "42P07": "mqstore did not make that table or index: drop or rename it, or use another "
@@ -123,7 +122,7 @@ def database_errors(command_name: str) -> Iterator[None]:
     try:
         yield
     except sa.exc.DBAPIError as exc:
-        fix = _DATABASE_FIXES.get(str(getattr(exc.orig, "sqlstate", "")))
+        fix = _DATABASE_FIXES.get(sqlstate(exc))
         if fix is None:
             raise
         first = str(exc.orig).splitlines()[0]

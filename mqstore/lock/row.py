@@ -12,17 +12,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
 from mqstore.errors import LockError, LockLostError
 from mqstore.lock.locker import Renewal
 from mqstore.schema import StoreSchema
 from mqstore.statements import LOCK_SESSION_ALIVE
 
 log = logging.getLogger(__name__)
-
-
-def _lock_not_available(exc: DBAPIError) -> bool:
-    """``lock_timeout`` ran out, or ``NOWAIT`` met a held lock."""
-    return getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
 class RowLocker:
@@ -73,7 +69,7 @@ class RowLocker:
             except DBAPIError as exc:
                 conn.rollback()
                 conn.close()
-                if not _lock_not_available(exc):
+                if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                     log.warning("row lock attempt failed: %s", str(exc).splitlines()[0])
                     stop.wait(self.poll_ms / 1000)
                 continue
@@ -100,7 +96,7 @@ class RowLocker:
                 conn.execute(row.with_for_update())
             except DBAPIError as exc:
                 savepoint.rollback()
-                if not _lock_not_available(exc):
+                if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                     raise
                 continue
             savepoint.rollback()
@@ -162,7 +158,7 @@ class RowLocker:
                 .with_for_update(read=True, key_share=True, nowait=True)
             )
         except DBAPIError as exc:
-            if not _lock_not_available(exc):
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise
             xact = None  # another broker holds the row FOR UPDATE
         alive = (

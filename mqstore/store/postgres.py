@@ -14,7 +14,13 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from mqstore import migrate
-from mqstore.db import ByteaArray, check_connection, describe_connect_error
+from mqstore.db import (
+    LOCK_NOT_AVAILABLE,
+    ByteaArray,
+    check_connection,
+    describe_connect_error,
+    sqlstate,
+)
 from mqstore.errors import (
     DatabaseUnavailableError,
     DuplicateMessageError,
@@ -453,7 +459,7 @@ class PostgresStore:
         except IntegrityError as exc:
             raise self._duplicate(exc) from None
         except OperationalError as exc:
-            if session is not None and getattr(exc.orig, "sqlstate", None) == "55P03":
+            if session is not None and sqlstate(exc) == LOCK_NOT_AVAILABLE:
                 # The lock row's NOWAIT failed (or a lock_timeout set in the DSN ran out):
                 # LockLostError when another broker holds the row.
                 with self.engine.connect() as conn:
