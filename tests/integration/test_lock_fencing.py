@@ -179,7 +179,8 @@ def test_a_row_lock_standby_waits_for_a_single_statement_commit_in_flight(
             assert added.is_set() and count_rows(engine, "activemq_msgs") == 1
         finally:
             stop.set()
-            taker.join(10) if taker.is_alive() else None
+            if taker.is_alive():
+                taker.join(10)
             a.stop()
 
 
