@@ -15,10 +15,12 @@ import signal
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy.engine import Engine
 
 from journal.store import JournaledStore
+from mqstore.db import libpq_dsn
 from mqstore.store import PostgresStore
 from tests.crash.writer import QUEUE, SUB, run_logged
 
@@ -50,6 +52,21 @@ _WRITERS = multiprocessing.get_context("forkserver")
 _WRITERS.set_forkserver_preload(["tests.crash.writer"])
 
 
+def _wait_for_transactions_to_end(dsn: str) -> None:
+    """Until no transaction of the killed writer still runs in the database. SIGKILL ends
+    the process, not a checkpoint it had sent: that one may yet commit. A broker restarting
+    on a lease takes over only once such a transaction ended (it holds the lock row FOR
+    SHARE); these writers run without a lock, so the test waits for it instead."""
+    deadline = time.monotonic() + 30
+    with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
+        while conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        ).fetchone() != (0,):
+            assert time.monotonic() < deadline, "a killed writer's transaction never ended"
+            time.sleep(0.01)
+
+
 def run_writer(dsn: str, journal: Path, round_no: int, ledger: Ledger, kill_after: float) -> int:
     """Start a writer, SIGKILL it ``kill_after`` seconds after it is ready; returns lines."""
     log = journal.parent / f"writer-{round_no}.log"
@@ -65,6 +82,7 @@ def run_writer(dsn: str, journal: Path, round_no: int, ledger: Ledger, kill_afte
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(30)
     assert proc.exitcode == -signal.SIGKILL
+    _wait_for_transactions_to_end(dsn)
     text = log.read_text(encoding="ascii")
     lines = text.splitlines(keepends=True)[1:]
     if lines and not lines[-1].endswith("\n"):  # a torn last line was never acknowledged whole
