@@ -95,6 +95,7 @@ _STORE_NAMES = (
     "JournalBehindDatabaseError",
     "JournalDatabaseMismatchError",
     "JournalIdLostError",
+    "JournalRowMissingError",
     "JournalMasterSlaveError",
     "JournalUnusableError",
     "JournaledStore",

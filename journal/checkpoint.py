@@ -10,6 +10,7 @@ so replay after a crash is exactly-once.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -17,14 +18,17 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
 
 from journal.format import Position
 from journal.state import ElidedRow, PendingState, history_copy
-from mqstore.db import ByteaArray
+from mqstore.db import LOCK_NOT_AVAILABLE, ByteaArray, sqlstate
 from mqstore.store.model import Ack, Outcome, Removal, StoredMessage
 from mqstore.store.postgres import PostgresStore
 
-__all__ = ["CheckpointResult", "apply_checkpoint", "read_position"]
+__all__ = ["CheckpointResult", "apply_checkpoint", "read_position", "settled_position"]
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 5000
 
@@ -46,6 +50,41 @@ def read_position(pg: PostgresStore, journal_id: str) -> Position | None:
     query = sa.select(j.c.segment, j.c.position).where(j.c.journal_id == journal_id)
     row = pg.read(lambda conn: conn.execute(query).first())
     return Position(int(row[0]), int(row[1])) if row else None
+
+
+def settled_position(pg: PostgresStore, journal_id: str) -> tuple[Position | None, int]:
+    """The checkpoint position stored for ``journal_id`` once no transaction still writes
+    it, and the highest ID in the database then (see ``PostgresStore.advance_sequence``).
+
+    SIGKILL ends a process, not the COMMIT of a checkpoint the server already has: a run
+    killed while checkpointing can commit after the next start read the position. It holds
+    the journal's row from its last statement (the position) until it ends, so this waits
+    for it. Read before, the position would replay what it wrote (consumed rows came back)
+    and the IDs would not cover its rows.
+    """
+    j = pg.schema.journal
+    query = sa.select(j.c.segment, j.c.position).where(j.c.journal_id == journal_id)
+
+    def read(conn: Connection) -> tuple[Position | None, int]:
+        try:
+            row = conn.execute(query.with_for_update(read=True, nowait=True)).first()
+        except OperationalError as exc:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
+                raise
+            conn.rollback()
+            log.warning(
+                "journal %s: a checkpoint transaction of an earlier run (one killed while "
+                "checkpointing?) still writes its position in the database; start-up waits "
+                "until it ends. If it never does, end that session with pg_terminate_backend "
+                "(see pg_stat_activity): the journal still holds what it writes",
+                journal_id,
+            )
+            row = conn.execute(query.with_for_update(read=True)).first()
+        last_id = int(conn.execute(pg.sql.last_sequence).scalar_one())
+        conn.rollback()
+        return (Position(int(row[0]), int(row[1])) if row else None), last_id
+
+    return pg.read(read)
 
 
 def _write_position(

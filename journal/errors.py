@@ -14,6 +14,7 @@ __all__ = [
     "JournalError",
     "JournalFullError",
     "JournalLockedError",
+    "JournalPositionError",
     "JournalRecordTooLargeError",
     "JournalTailMissingError",
 ]
@@ -61,6 +62,10 @@ class JournalFullError(JournalError):
 
 class JournalLockedError(JournalError):
     """Another process (or another open in this process) holds the journal directory lock."""
+
+
+class JournalPositionError(JournalError):
+    """A position to read after is not where a record of this journal ends."""
 
 
 class JournalRecordTooLargeError(JournalError, ValueError):

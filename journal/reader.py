@@ -26,7 +26,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from journal.errors import JournalCorruptError, JournalDecodeError, JournalError
+from journal.errors import (
+    JournalCorruptError,
+    JournalDecodeError,
+    JournalError,
+    JournalPositionError,
+)
 from journal.format import (
     FRAME_CRC,
     FRAME_HEAD,
@@ -357,7 +362,7 @@ def read_records(
                 boundary_ok = True  # repair padded over records around ``after``: lost ones
                 continue
             if not boundary_ok:
-                raise JournalError(f"journal position {after} is not a record boundary")
+                raise JournalPositionError(f"journal position {after} is not a record boundary")
             if frame.record_type == RECORD_PADDING:
                 continue
             try:
@@ -370,4 +375,4 @@ def read_records(
         # Past the end of a segment followed by others: repair cut it behind ``after``.
         cut = skip_to > len(view) and number != segments[-1][0]
         if not boundary_ok and not cut:
-            raise JournalError(f"journal position {after} is not a record boundary")
+            raise JournalPositionError(f"journal position {after} is not a record boundary")

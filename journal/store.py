@@ -22,9 +22,14 @@ from typing import TypeVar
 
 from journal import runs
 from journal.admission import Admission, Claims, Key
-from journal.checkpoint import CheckpointResult, apply_checkpoint, read_position
+from journal.checkpoint import (
+    CheckpointResult,
+    apply_checkpoint,
+    read_position,
+    settled_position,
+)
 from journal.checkpoint_loop import run_checkpoints
-from journal.errors import JournalError
+from journal.errors import JournalError, JournalPositionError
 from journal.format import Position
 from journal.merge import DatabaseView
 from journal.opening import open_store_journal
@@ -46,6 +51,7 @@ from journal.support import (
     JournalIdLostError,
     JournalLeftRunningError,
     JournalMasterSlaveError,
+    JournalRowMissingError,
     JournalUnusableError,
     WouldBlock,
     WriterGate,
@@ -76,6 +82,7 @@ __all__ = [
     "JournalDatabaseMismatchError",
     "JournalIdLostError",
     "JournalMasterSlaveError",
+    "JournalRowMissingError",
     "JournalUnusableError",
     "JournaledStore",
 ]
@@ -152,6 +159,9 @@ class JournaledStore(MergedReads):
         self._applying: deque[_Applying] = deque()  # written, in log order, not yet applied
         self._unsure = False  # the last checkpoint failed: the database may be ahead of it
         self._checkpointing = threading.Lock()  # one checkpoint at a time, gate taken after it
+        #: Subscription changes take turns: each decides on the subscriptions it finds
+        #: (exists already; the last one of its topic, so the messages go with it).
+        self._subscribing = threading.Lock()
         # While a checkpoint writes its copy of the window: the records applied since, with
         # their apply time, to rebuild the window on top of the database it leaves.
         self._tail: list[tuple[int, list[Op]]] | None = None
@@ -236,32 +246,49 @@ class JournaledStore(MergedReads):
     def _replay(self) -> None:
         """Rebuild the pending state from records after the stored checkpoint."""
         journal = self.journal
-        stored = read_position(self.pg, self.journal_id)
+        stored, last_id = settled_position(self.pg, self.journal_id)
+        self.pg.advance_sequence(last_id)
         end = journal.position
-        if stored is not None and (stored > end or stored.segment < journal.start_position.segment):
-            raise JournalBehindDatabaseError(
-                f"the database holds checkpoint {stored} of journal {self.journal_id}, but the "
-                f"journal in {self.journal_dir} covers only {journal.start_position}..{end}: "
-                "the journal was deleted, reset or replaced, so acknowledged writes are lost "
-                "or would be replayed twice. Restore the journal directory, or (accepting the "
-                f"loss) delete the row of journal_id {self.journal_id!r} from "
-                f"{self.pg.schema.journal.name} and start again."
+        start = journal.start_position
+        if stored is not None and (stored > end or stored.segment < start.segment):
+            raise self._cannot_replay_from(stored)
+        if stored is None and end > start:  # mark_running makes the row before any record
+            raise JournalRowMissingError.describe(
+                self.journal_id, self.journal_dir, self.pg.schema.journal.name
             )
         last = stored
         if stored is not None:
             self._last_position = stored
         top = 0  # the highest ID replayed, also from windows checkpointed on the way
-        for position, ops in journal.recover(after=stored):
-            self._state.apply(ops)
-            self._counters["replayed"] += 1
-            last = position
-            if self._state.pending_bytes >= self.max_pending_bytes:
-                top = max(top, self._state.max_id)
-                self._checkpoint_state(position)
+        try:
+            for position, ops in journal.recover(after=stored):
+                self._state.apply(ops)
+                self._counters["replayed"] += 1
+                last = position
+                if self._state.pending_bytes >= self.max_pending_bytes:
+                    top = max(top, self._state.max_id)
+                    self._checkpoint_state(position)
+        except JournalPositionError as exc:  # raised before any record of it was applied
+            assert stored is not None
+            raise self._cannot_replay_from(stored, no_record_ends_there=True) from exc
         if last is not None and not self._state.empty:
             log.info("journal %s replayed up to %s", self.journal_dir, last)
         self.pg.advance_sequence(max(top, self._state.max_id))
         self._applied_end = end
+
+    def _cannot_replay_from(
+        self, stored: Position, *, no_record_ends_there: bool = False
+    ) -> JournalBehindDatabaseError:
+        journal = self.journal
+        return JournalBehindDatabaseError.describe(
+            journal_id=self.journal_id,
+            directory=self.journal_dir,
+            table=self.pg.schema.journal.name,
+            stored=stored,
+            start=journal.start_position,
+            end=journal.position,
+            no_record_ends_there=no_record_ends_there,
+        )
 
     def stop(self, *, checkpoint: bool = True) -> None:
         """Final checkpoint, close the journal, stop the database store. Idempotent.
@@ -617,36 +644,38 @@ class JournaledStore(MergedReads):
         retroactive: bool = False,
     ) -> Subscription:
         check_subscription(key, selector, sub_dest)
-        existing = self.get_subscription(key)
-        if existing is not None:
-            return existing
-        with self._writing():
-            with self._lock:
-                mem_top = self._state.max_id
-            start = -1 if retroactive else max(self.db.max_id(), mem_top)
-            self._append(
-                [
-                    AddSubscription(
-                        key.container,
-                        key.client_id,
-                        key.sub_name,
-                        selector,
-                        sub_dest or key.container,
-                        start,
-                        self.prioritized,
-                    )
-                ]
-            )
+        with self._subscribing:
+            existing = self.get_subscription(key)
+            if existing is not None:
+                return existing
+            with self._writing():
+                with self._lock:
+                    mem_top = self._state.max_id
+                start = -1 if retroactive else max(self.db.max_id(), mem_top)
+                self._append(
+                    [
+                        AddSubscription(
+                            key.container,
+                            key.client_id,
+                            key.sub_name,
+                            selector,
+                            sub_dest or key.container,
+                            start,
+                            self.prioritized,
+                        )
+                    ]
+                )
         return Subscription(key, selector, sub_dest or key.container, start)
 
     def delete_subscription(self, key: SubscriptionKey) -> None:
         op = DeleteSubscription(key.container, key.client_id, key.sub_name)
-        others = [s for s in self.subscriptions(key.container) if s.key != key]
-        if others:
-            with self._writing():
-                self._append([op])
-        else:  # the last subscription gone: its topic's messages are needed by nobody
-            self._purge(key.container, Outcome.ACKNOWLEDGED, [op])
+        with self._subscribing:
+            others = [s for s in self.subscriptions(key.container) if s.key != key]
+            if others:
+                with self._writing():
+                    self._append([op])
+            else:  # the last subscription gone: its topic's messages are needed by nobody
+                self._purge(key.container, Outcome.ACKNOWLEDGED, [op])
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
         self._write((), (), acks)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from journal.format import Position
 from mqstore.errors import ConfigError, StoreError
 
 ID_FILE = "journal-id"
@@ -19,7 +20,81 @@ class JournalMasterSlaveError(ConfigError):
 
 
 class JournalBehindDatabaseError(StoreError):
-    """The database holds a checkpoint beyond the end of this journal (journal lost or reset)."""
+    """The database holds a checkpoint this journal cannot be replayed from: the journal
+    ends before it (cut by ``repair``, segments deleted, reset, an older copy restored),
+    starts after it (its oldest segments are missing), or holds another history in which
+    no record ends there (a copy from before a repair, or an older one)."""
+
+    @classmethod
+    def describe(
+        cls,
+        *,
+        journal_id: str,
+        directory: Path,
+        table: str,
+        stored: Position,
+        start: Position,
+        end: Position,
+        no_record_ends_there: bool = False,
+    ) -> JournalBehindDatabaseError:
+        """The refusal for checkpoint ``stored`` and a journal covering ``start..end``
+        (``no_record_ends_there``: it covers ``stored``, but ``stored`` falls inside a record)."""
+        found = f"the database holds checkpoint {stored} of journal {journal_id}, but "
+        forget = f"`mqstore journal forget {journal_id} --yes`"
+        fresh = (
+            f"run {forget} (it finds nothing to forget if the broker had stopped cleanly), "
+            f"then move {directory} away (keep it) and start with an empty journal "
+            f"directory, which gets a new journal id. Deleting the journal's row from {table} "
+            "instead does not help: a journal holding records without its row is refused."
+        )
+        if no_record_ends_there:
+            return cls(
+                found + f"no record of the journal in {directory} ends there: the directory "
+                "holds another history of this journal than the one the database "
+                "checkpointed (a copy taken before `mqstore journal repair` cut the log, or "
+                "an older copy restored over it). Restore the directory as the broker left "
+                "it and start again. Otherwise, accepting the loss of every write "
+                "acknowledged after the checkpoint: " + fresh
+            )
+        if stored.segment < start.segment:
+            return cls(
+                found + f"the journal in {directory} starts at {start}: segments "
+                f"{stored.segment} to {start.segment - 1}, which held the writes acknowledged "
+                "after the checkpoint, are missing (deleted, or lost in a copy), and the "
+                "records after them cannot be replayed without them. Restore the missing "
+                "segments into the directory and start again. Otherwise, accepting the loss "
+                "of every write acknowledged after the checkpoint (the records this journal "
+                "still holds too): " + fresh
+            )
+        return cls(
+            found + f"the journal in {directory} ends at {end}, before it: "
+            "`mqstore journal repair` cut the log behind the checkpoint (damage there), "
+            "or its newest segments were deleted, or the directory was reset or restored "
+            f"from an older copy. The writes acknowledged after {stored} are lost (a lost "
+            "add is a message gone; a lost removal or ack, a message delivered again) "
+            "unless the missing part can be restored (the deleted segments, a newer copy "
+            "of the directory; not the one from before a repair, which repair would cut "
+            "again). Everything the journal still holds is already in the database, so "
+            "going on without the rest loses nothing more: " + fresh
+        )
+
+
+class JournalRowMissingError(StoreError):
+    """The journal holds records but the database has no row (checkpoint position) for it."""
+
+    @classmethod
+    def describe(cls, journal_id: str, directory: Path, table: str) -> JournalRowMissingError:
+        """The refusal for journal ``journal_id`` in ``directory``."""
+        return cls(
+            f"the journal in {directory} ({journal_id}) holds records, but the database has "
+            f"no row for it in {table}: the row was deleted (a downgrade below revision "
+            "0002 or to base, a re-created database, or by hand). Which of its records the "
+            "database holds already cannot be told, and replaying them all could store "
+            "messages twice or bring consumed ones back. If its broker stopped cleanly, "
+            "everything in it is in the database (or went with the dropped tables): move "
+            f"{directory} away (keep it) and start with an empty journal directory, which "
+            "gets a new journal id."
+        )
 
 
 class JournalIdLostError(StoreError):

@@ -13,16 +13,17 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from journal import JournalCorruptError, JournalTailMissingError, repair
+from journal import JournalCorruptError, JournalTailMissingError, repair, runs
 from journal.segments import NEWEST_FILE_NAME
 from journal.store import (
     JournalBehindDatabaseError,
     JournaledStore,
     JournalMasterSlaveError,
+    JournalRowMissingError,
     JournalUnusableError,
 )
 from mqstore.errors import ConfigError
-from mqstore.store import PostgresStore
+from mqstore.store import PostgresStore, Subscription, SubscriptionKey
 from tests.conftest import count_rows
 from tests.integration.conftest import msg
 from tests.integration.journal.conftest import JournaledFactory, crashed_journal
@@ -160,8 +161,125 @@ def test_journal_behind_the_database_is_refused(
     for seg in directory.glob("*.wal"):  # reset by hand, the file naming the newest too
         seg.unlink()
     (directory / NEWEST_FILE_NAME).unlink()
-    with pytest.raises(JournalBehindDatabaseError, match="deleted, reset or replaced"):
+    with pytest.raises(JournalBehindDatabaseError, match="directory was reset"):
         make_journaled(directory)
+
+
+def test_a_journal_whose_row_the_database_lost_is_refused(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    """The database lost the journal's row (a downgrade below 0002, a re-created database):
+    replaying every record would bring back the message consumed since. Start-up refuses,
+    and the way on it gives keeps each message once."""
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    kept, consumed = store.add([msg(Q, 0), msg(Q, 1)])
+    store.checkpoint()
+    store.remove(Q, [consumed])
+    store.stop()
+    table = store.pg.schema.journal.name
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DELETE FROM {table}"))
+    with pytest.raises(JournalRowMissingError) as info:
+        make_journaled(directory)
+    text = " ".join(str(info.value).split())
+    assert f"no row for it in {table}" in text and f"move {directory} away" in text
+    assert [r.id for r in store.pg.page(Q, None, 10)] == [kept]  # nothing was replayed
+    directory.rename(tmp_path / "j.old")
+    again = make_journaled(directory)
+    assert [r.id for r in again.page(Q, None, 10)] == [kept]
+
+
+def test_a_journal_missing_the_segments_after_the_checkpoint_is_refused(
+    make_journaled: JournaledFactory, tmp_path: Path
+) -> None:
+    """Its oldest segments, the ones after the checkpoint, were deleted: the records left
+    cannot be replayed without them, and going on without them loses those too."""
+    directory = tmp_path / "j"
+    store = make_journaled(directory, segment_size=8192)
+    store.add([msg(Q, 0)])
+    store.checkpoint()  # in segment 1
+    i = 1
+    while store.journal.position.segment < 3:
+        store.add([msg(Q, i)])
+        i += 1
+    store.stop(checkpoint=False)  # as a crash leaves it
+    (directory / f"{1:016d}.wal").unlink()
+    with pytest.raises(JournalBehindDatabaseError) as info:
+        make_journaled(directory, segment_size=8192)
+    text = " ".join(str(info.value).split())
+    assert "segments 1 to 1, which held the writes acknowledged after the checkpoint" in text
+    assert "(the records this journal still holds too)" in text
+
+
+def test_a_repair_that_cuts_behind_the_checkpoint_is_refused_saying_how_to_go_on(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    """``repair`` cut the newest segment before the position the database checkpointed:
+    start-up names that case and its way on, and following it applies nothing twice."""
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    ends = []
+    for i in range(6):
+        store.add([msg(Q, i)])
+        ends.append(store.journal.position)
+        if i == 3:
+            store.checkpoint()  # the database holds the first four, up to ends[3]
+    journal_id, table = store.journal_id, store.pg.schema.journal.name
+    store.stop(checkpoint=False)  # as a crash leaves it
+    [segment] = sorted(directory.glob("*.wal"))
+    data = bytearray(segment.read_bytes())
+    data[ends[0].offset + 8] ^= 0xFF  # the second record goes bad, and nothing after it
+    data[ends[1].offset :] = b"\xff" * (len(data) - ends[1].offset)  # can be read
+    segment.write_bytes(bytes(data))
+    with pytest.raises(JournalUnusableError, match="repair"):
+        make_journaled(directory)
+    plan = repair(directory, dry_run=False)
+    assert [(a.action, a.offset) for a in plan.actions] == [("truncate", ends[0].offset)]
+    with pytest.raises(JournalBehindDatabaseError) as info:
+        make_journaled(directory)
+    text = " ".join(str(info.value).split())
+    assert "`mqstore journal repair` cut" in text and "already in the database" in text
+    assert f"mqstore journal forget {journal_id} --yes" in text and f"move {directory}" in text
+    assert f"Deleting the journal's row from {table} instead does not help" in text
+    # The way on it gives: nothing the journal held is applied twice.
+    with engine.begin() as conn:
+        assert runs.forget(conn, store.pg.schema, journal_id)
+    directory.rename(tmp_path / "j.cut")
+    store = make_journaled(directory)
+    assert store.journal_id != journal_id
+    assert [r.msgid_seq for r in store.page(Q, None, 100)] == [0, 1, 2, 3]
+
+
+def test_a_copy_holding_another_history_than_the_one_checkpointed_is_refused(
+    make_journaled: JournaledFactory, tmp_path: Path
+) -> None:
+    """A copy of the directory from before a torn tail was cut and written over: the
+    checkpoint the database holds falls inside one of the copy's records. Start-up refuses,
+    naming a copy of another history and the way on, and applies nothing of it."""
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    store.add([msg(Q, 0)])
+    torn_at = store.journal.position
+    store.add([msg(Q, 1, body=bytes(4000))])
+    store.stop(checkpoint=False)  # as a crash leaves it
+    shutil.copytree(directory, tmp_path / "copy")
+    [segment] = sorted(directory.glob("*.wal"))
+    with segment.open("r+b") as f:  # the big record turns out torn: start-up cuts it
+        f.seek(torn_at.offset + 100)
+        f.write(b"\xff" * 16)
+    store = make_journaled(directory)
+    assert store.journal.position == torn_at
+    store.add([msg(Q, 2)])  # ends inside the copy's big record
+    store.checkpoint()
+    store.stop(checkpoint=False)
+    shutil.rmtree(directory)
+    shutil.copytree(tmp_path / "copy", directory)
+    with pytest.raises(JournalBehindDatabaseError) as info:
+        make_journaled(directory)
+    text = " ".join(str(info.value).split())
+    assert "no record of the journal" in text and "another history" in text
+    assert "mqstore journal forget" in text
 
 
 def test_a_crashed_journal_missing_its_newest_segment_is_refused_until_repaired(
@@ -197,14 +315,18 @@ def test_torn_tail_at_every_offset_of_the_last_record(
     [segment] = sorted(original.glob("*.wal"))
     data = segment.read_bytes()
     # The last record starts where a journal of the first two adds ends: measured on a
-    # journal of its own, each on a database as the original's crash left it.
+    # journal of its own, on an empty database; then the database as the crash left it.
     with engine.begin() as conn:
+        [left] = conn.execute(sa.text("SELECT * FROM mqstore_journal")).mappings().all()
         conn.execute(sa.text("TRUNCATE activemq_msgs, mqstore_journal, mqstore_history"))
     probe = tmp_path / "probe"
     crashed_journal(make_journaled, probe, 2, Q)
     record = next(probe.glob("*.wal")).stat().st_size
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE activemq_msgs, mqstore_journal, mqstore_history"))
+        columns = ", ".join(left)
+        values = ", ".join(f":{c}" for c in left)
+        conn.execute(sa.text(f"INSERT INTO mqstore_journal ({columns}) VALUES ({values})"), left)
     for cut in range(record, len(data)):
         copy = tmp_path / f"cut{cut}"
         shutil.copytree(original, copy)
@@ -248,3 +370,45 @@ def test_producers_block_at_the_pending_limit_until_a_checkpoint(
     assert counters["checkpoints"] >= 2
     assert counters["pending_bytes"] <= 64 * 1024
     assert store.count(Q) == 200
+
+
+def test_two_last_subscriptions_deleted_at_once_leave_no_messages_behind(
+    make_journaled: JournaledFactory, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each delete looked for the topic's other subscriptions before the other's delete was
+    journaled: each saw the other, so neither purged the topic's messages, and with no
+    subscription left nothing ever would."""
+    store = make_journaled()
+    topic = "topic://news"
+    first, second = (SubscriptionKey(topic, "client", name) for name in ("a", "b"))
+    store.add_subscription(first)
+    store.add_subscription(second)
+    store.add([msg(topic, 1), msg(topic, 2)])
+    store.checkpoint()
+    looked, other_done = threading.Event(), threading.Event()
+    real = store.subscriptions
+
+    def look_slowly(container: str | None = None) -> list[Subscription]:
+        found = real(container)
+        if threading.current_thread() is slow and not looked.is_set():
+            looked.set()
+            other_done.wait(1)  # not set while the other delete waits for this one
+        return found
+
+    def delete_second() -> None:
+        store.delete_subscription(second)
+        other_done.set()
+
+    monkeypatch.setattr(store, "subscriptions", look_slowly)
+    slow = threading.Thread(target=store.delete_subscription, args=(first,))
+    other = threading.Thread(target=delete_second)
+    slow.start()
+    assert looked.wait(5)
+    other.start()
+    slow.join(10)
+    other.join(10)
+    monkeypatch.undo()
+    assert store.subscriptions(topic) == []
+    assert store.count(topic) == 0
+    store.checkpoint()
+    assert count_rows(engine, "activemq_msgs") == 0
