@@ -32,8 +32,19 @@ class Guard:
         self._thread = threading.Thread(target=self._run, name="mqstore-lease-guard", daemon=True)
         self._failing = False
 
+    def adopt(self, conn: Connection) -> None:
+        """Make ``conn`` the guard session, named inside the transaction open on it, before
+        :meth:`start`. The server shows the name in ``pg_stat_activity`` as the ``SET`` runs,
+        before that transaction commits (a rollback takes it back): the lease's acquiring
+        UPDATE commits on this very session, so no session can see the lease taken while
+        its guard is not open yet. A guard that is never started is closed with
+        :meth:`close`, which drops the session (a named one never goes back to the pool)."""
+        self._conn = conn
+        conn.exec_driver_sql(f"SET application_name = '{self.name}'")
+
     def start(self) -> None:
-        self._open()  # at once, so a standby sees the guard as soon as it sees the lease
+        if self._conn is None:
+            self._open()  # at once, so a standby sees the guard as soon as it sees the lease
         self._thread.start()
 
     def close(self, wait: bool = True) -> None:

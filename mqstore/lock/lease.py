@@ -63,6 +63,22 @@ class LeaseLocker:
     ``lockKeepAlivePeriod``; the renewal must come well before the lease ends. With
     ``max_clock_diff_ms > 0`` (ActiveMQ's ``maxAllowableDiffFromDBTime``) times are on the
     database clock whenever the local clock is further off than that.
+
+    **The guard.** While the lock row names this broker by its own acquisition, its guard
+    session (:meth:`guard_name`) is open: the session that runs the acquiring UPDATE takes
+    the guard's name in that same transaction, before it commits (:meth:`_take`), and the
+    guard is closed only once the row is about to stop naming this broker (:meth:`release`)
+    or names another (:meth:`_lose`). So no session ever sees the row name a live mqstore
+    holder whose guard is not open; only PostgreSQL ending the session breaks this: the
+    holder's death, a dropped connection (the fence refuses a deposed holder's writes), or a
+    server restart (which a standby recognises by its own watch session ending).
+
+    A standby's note that it saw a holder's guard (``_noted``) thus only says "this holder
+    keeps a guard, and no restart happened since": it stays true across the holder's
+    re-acquisitions, and the guard missing later means it ended. The note is dropped as
+    soon as the row names anyone else, and the takeover looks for the guard once more in
+    its own transaction, after its UPDATE: a holder that took the lease again after the
+    standby looked has its guard open by then, and the takeover is rolled back.
     """
 
     def __init__(
@@ -93,8 +109,9 @@ class LeaseLocker:
         self._told_expired = False
         self._mutex = threading.Lock()
         self._guard: Guard | None = None
-        # holder -> the watch session that saw its guard alive (see _GUARD_SEEN)
-        self._guarded: dict[str, tuple[int, int, object]] = {}
+        # the holder the lock row named when its guard was seen alive, and the watch session
+        # that saw it (see _GUARD_SEEN); dropped when the row names anyone else
+        self._noted: tuple[str, tuple[int, int, object]] | None = None
         self._watch: Connection | None = None  # a standby's session for watching guards
         self._watch_generation = 0  # which watch session (a new one never vouches for the old)
 
@@ -118,11 +135,41 @@ class LeaseLocker:
     def try_acquire(self) -> bool:
         """One attempt: ActiveMQ's ``TIME IS NULL OR TIME < now`` conditional UPDATE."""
         lock = self.schema.lock
-        with self.engine.begin() as conn:
-            started, taken = self._write_lease(
-                conn, lambda now: sa.or_(lock.c.time.is_(None), lock.c.time < now)
-            )
-        return taken and self._became_master(started)
+        started = self._take(lambda now: sa.or_(lock.c.time.is_(None), lock.c.time < now))
+        return started is not None and self._became_master(started)
+
+    def _take(
+        self, condition: Callable[[int], sa.ColumnElement[bool]], dead: str | None = None
+    ) -> float | None:
+        """Write the lease if ``condition(now)`` holds, on a session that becomes this
+        broker's guard in the same transaction, before it commits (see the class doc); with
+        ``dead``, only if no guard of that holder is open once the UPDATE holds the row.
+        Returns when the UPDATE was sent, or None when the lease was not taken."""
+        conn = self.engine.connect()
+        guard: Guard | None = None
+        try:
+            started, taken = self._write_lease(conn, condition)
+            # The first look at pg_stat_activity in this transaction (it is read once per
+            # transaction), after the UPDATE locked the row: a holder's acquisition that
+            # committed before it had named its guard before that.
+            if taken and dead is not None and self._see_guard(conn, dead).alive:
+                log.info("the guard session of %s is open: not taking over its lease", dead)
+                taken = False
+            if not taken:
+                conn.rollback()
+                return None
+            guard = Guard(self.engine, self.guard_name(self.holder), self.renew_interval_s)
+            guard.adopt(conn)
+            conn.commit()
+        except BaseException:
+            if guard is not None:
+                guard.close()  # never started: drops the named session
+            raise
+        finally:
+            if guard is None:
+                conn.close()
+        self._install_guard(guard)
+        return started
 
     def _write_lease(
         self, conn: Connection, condition: Callable[[int], sa.ColumnElement[bool]]
@@ -143,10 +190,7 @@ class LeaseLocker:
         with self._mutex:
             self._held, self._deadline = True, started + self.lease_ms / 1000
             self._lost, self._unanswered_since, self._told_expired = "", None, False
-        if self.renew() is Renewal.LOST:
-            return False
-        self._open_guard()
-        return True
+        return self.renew() is not Renewal.LOST  # a loss closes the guard
 
     # -- the guard session: fast failover between mqstore brokers ---------------------------
     def guard_name(self, holder: str) -> str:
@@ -154,12 +198,12 @@ class LeaseLocker:
         digest = hashlib.sha1(f"{self.schema.lock.name}/{holder}".encode()).hexdigest()[:24]
         return f"mqstore-lease:{digest}"
 
-    def _open_guard(self) -> None:
+    def _install_guard(self, guard: Guard) -> None:
         """Keep one idle session named after this holder while master (no open transaction,
-        so VACUUM is not held back). When this process dies, PostgreSQL ends the session at
-        once, and a waiting mqstore standby takes over without waiting for the lease. Its
-        own thread reopens it as soon as the database answers again after a restart."""
-        guard = Guard(self.engine, self.guard_name(self.holder), self.renew_interval_s)
+        so VACUUM is not held back): the session that acquired the lease (:meth:`_take`).
+        When this process dies, PostgreSQL ends the session at once, and a waiting mqstore
+        standby takes over without waiting for the lease. Its own thread reopens it as soon
+        as the database answers again after a restart."""
         with self._mutex:
             old, self._guard = self._guard, guard
         if old is not None:
@@ -211,11 +255,12 @@ class LeaseLocker:
         return OwnLease.UNKNOWN
 
     def take_over_dead(self, dead: str, why: str) -> bool:
-        """The holder is gone: take its lease now (only if the row still names it)."""
+        """The holder is gone: take its lease now, only if the row still names it and, once
+        the UPDATE holds the row, no guard of ``dead`` is open (it may have taken the lease
+        again since it was found gone)."""
         lock = self.schema.lock
-        with self.engine.begin() as conn:
-            started, taken = self._write_lease(conn, lambda _now: lock.c.broker_name == dead)
-        if not taken:
+        started = self._take(lambda _now: lock.c.broker_name == dead, dead=dead)
+        if started is None:
             return False
         log.warning("master %s is gone (%s): taking over its lease now", dead, why)
         return self._became_master(started)
@@ -226,6 +271,8 @@ class LeaseLocker:
         master's guard too: then wait for the guard to come back, or for the lease to run
         out as ActiveMQ does."""
         holder = status.broker_name
+        if self._noted is not None and self._noted[0] != holder:
+            self._noted = None  # the row named another holder, or none, since
         if holder is None:
             return False
         if holder == self.holder:
@@ -236,12 +283,12 @@ class LeaseLocker:
         seen = self._see_guard(conn, holder)
         conn.rollback()  # end the snapshot of pg_stat_activity
         if seen.alive:
-            self._guarded[holder] = seen.session
+            self._noted = (holder, seen.session)
             return False
-        saw = self._guarded.pop(holder, None)
-        if saw is None:
+        noted, self._noted = self._noted, None
+        if noted is None:
             return False  # an ActiveMQ holder (no guard), or one never seen: wait for its lease
-        if saw == seen.session:
+        if noted[1] == seen.session:
             return self.take_over_dead(holder, "its session ended while the database stayed up")
         log.info(
             "the guard session of %s ended while this standby's own session ended too (a "
@@ -277,7 +324,7 @@ class LeaseLocker:
             return False
         finally:
             self._drop_watch()
-            self._guarded.clear()
+            self._noted = None
 
     # -- the master's side -------------------------------------------------------------------
     def fence(self, conn: Connection) -> None:

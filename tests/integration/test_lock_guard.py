@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from mqstore.db import libpq_dsn
 from mqstore.errors import DatabaseUnavailableError, LockError, LockLostError
-from mqstore.lock import GUARD_GRACE_MS, ExclusiveLease, LeaseLocker, read_lock
+from mqstore.lock import GUARD_GRACE_MS, ExclusiveLease, LeaseLocker, Renewal, read_lock
 from mqstore.schema import build_schema
 from mqstore.store import NewMessage, PostgresStore
 from tests.broker.harness import wait_until
@@ -90,6 +90,112 @@ def test_standby_takes_over_at_once_when_the_masters_session_ends(engine: Engine
     assert not master.keep_alive()
     stop.set()
     standby.release()
+
+
+def _pause_after_acquiring(
+    locker: LeaseLocker, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Event]:
+    """Hold ``locker`` just after its acquiring UPDATE committed (at the renewal that follows
+    it), as a descheduled thread or a GC pause would: (paused, resume)."""
+    paused, resume = threading.Event(), threading.Event()
+    renew = locker.renew
+
+    def slow_renew() -> Renewal:
+        if not paused.is_set():
+            paused.set()
+            resume.wait(10)
+        return renew()
+
+    monkeypatch.setattr(locker, "renew", slow_renew)
+    return paused, resume
+
+
+def _standby_looks(standby: LeaseLocker) -> bool:
+    """One look of a waiting standby at the lock row and its holder's guard, on its watch
+    session (each poll of ``acquire`` does this after its own attempt); True if it took over."""
+    conn = standby._watch_session()
+    try:
+        return standby._standby_check(conn, read_lock(conn, SCHEMA))
+    finally:
+        conn.rollback()
+
+
+@pytest.mark.parametrize("between", ["unseen", "another holder"])
+def test_a_standby_never_takes_over_a_master_that_took_the_lease_again(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, between: str
+) -> None:
+    """The standby saw m1's guard; m1 released the lease and took it again (the standby
+    polled meanwhile or not). Right after its acquiring UPDATE m1 is master: what the
+    standby noted of m1's earlier guard must not make m1 look dead."""
+    master = _locker(engine, "m1", lease_ms=30_000)
+    standby = _locker(engine, "m2", lease_ms=30_000)
+    assert master.acquire(threading.Event())
+    assert not _standby_looks(standby)  # m1's guard is open
+    master.release()
+    if between == "another holder":
+        with engine.begin() as conn:  # an ActiveMQ broker holds the lease a while
+            conn.execute(
+                sa.text("UPDATE activemq_lock SET broker_name = 'amq', time = :t"),
+                {"t": int(time.time() * 1000) + 30_000},
+            )
+        assert not _standby_looks(standby)
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE activemq_lock SET broker_name = NULL, time = 0"))
+    paused, resume = _pause_after_acquiring(master, monkeypatch)
+    got, stop = _acquire_in_background(master)
+    try:
+        assert paused.wait(5)
+        assert _holder(engine) == ("m1",)
+        took = _standby_looks(standby)
+        resume.set()
+        assert not took, "took over the lease a live master had just acquired"
+        assert got.wait(5)
+        assert _holder(engine) == ("m1",)
+        assert master.keep_alive()
+    finally:
+        resume.set()
+        stop.set()
+        standby.release()
+        master.release()
+
+
+def test_a_broker_under_the_same_name_never_takes_a_lease_just_acquired(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes under one name (a misconfiguration): the one waiting must not take the
+    lease the other has just acquired for the dead lease of an earlier run of its own."""
+    _server_up_long_enough(engine)
+    first = _locker(engine, "same", lease_ms=30_000)
+    second = _locker(engine, "same", lease_ms=30_000)
+    paused, resume = _pause_after_acquiring(first, monkeypatch)
+    got, stop = _acquire_in_background(first)
+    try:
+        assert paused.wait(5)
+        took = _standby_looks(second)
+        resume.set()
+        assert not took, "two masters under one name"
+        assert got.wait(5)
+        assert first.keep_alive()
+    finally:
+        resume.set()
+        stop.set()
+        second.release()
+        first.release()
+
+
+def test_a_takeover_spares_a_holder_whose_guard_is_open(engine: Engine) -> None:
+    """A standby decides on an earlier look; the holder may have taken the lease again
+    since: the takeover checks the guard again, in its own transaction."""
+    master = _locker(engine, "m1", lease_ms=30_000)
+    assert master.acquire(threading.Event())
+    standby = _locker(engine, "m2", lease_ms=30_000)
+    try:
+        assert not standby.take_over_dead("m1", "a look before m1 took the lease again")
+        assert _holder(engine) == ("m1",)
+        assert master.keep_alive()
+    finally:
+        standby.release()
+        master.release()
 
 
 def test_holder_without_a_guard_is_waited_out_like_activemq(engine: Engine) -> None:
