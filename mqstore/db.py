@@ -8,7 +8,7 @@ from typing import TypeVar
 import psycopg
 import sqlalchemy as sa
 from psycopg.types.array import ListBinaryDumper
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from mqstore.errors import ConfigError, DatabaseUnavailableError
@@ -168,3 +168,9 @@ def translate_db_errors(url: URL, action: Callable[[], T]) -> T:
         return action()
     except OperationalError as exc:
         raise DatabaseUnavailableError(describe_connect_error(exc, url)) from None
+
+
+def hold_advisory_lock(conn: Connection, key: str) -> None:
+    """Wait for the transaction-level advisory lock named ``key``; it is held until
+    ``conn``'s transaction ends, so callers with one key take turns."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key})

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
+from mqstore.db import hold_advisory_lock
 from mqstore.store.model import (
     FIRST,
     NO_BYTE_BOUND,
@@ -47,6 +49,10 @@ class TopicOperations:
         store = self.store
         priorities = range(10) if store.prioritized else (0,)
         with store.transaction() as conn:
+            self._hold_topic(conn, key.container)
+            created = self._select(self._filter(key), conn)  # by a call that held it first
+            if created:
+                return created[0]
             start = (
                 -1
                 if retroactive
@@ -73,6 +79,12 @@ class TopicOperations:
             )
         return Subscription(key, selector, sub_dest or key.container, start)
 
+    def _hold_topic(self, conn: Connection, container: str) -> None:
+        """Wait until no other session creates or deletes a subscription of ``container``;
+        held to the end of ``conn``'s transaction, so the second of two finds the first's
+        rows committed (an existing subscription, or no subscription left beside its own)."""
+        hold_advisory_lock(conn, f"mqstore topic {self.store.schema.acks.fullname} {container}")
+
     def _filter(self, key: SubscriptionKey) -> sa.ColumnElement[bool]:
         a = self.store.schema.acks.c
         return sa.and_(
@@ -90,7 +102,9 @@ class TopicOperations:
         cond = a.container.like("topic://%") if container is None else a.container == container
         return self._select(cond)
 
-    def _select(self, cond: sa.ColumnElement[bool]) -> list[Subscription]:
+    def _select(
+        self, cond: sa.ColumnElement[bool], conn: Connection | None = None
+    ) -> list[Subscription]:
         a = self.store.schema.acks.c
         stmt = (
             sa.select(
@@ -105,7 +119,11 @@ class TopicOperations:
             .group_by(a.container, a.client_id, a.sub_name)
             .order_by(a.container, a.client_id, a.sub_name)
         )
-        rows = self.store.read(lambda c: c.execute(stmt).all())
+        rows = (
+            conn.execute(stmt).all()
+            if conn is not None
+            else self.store.read(lambda c: c.execute(stmt).all())
+        )
         return [
             Subscription(
                 SubscriptionKey(r[0], r[1], r[2]), r[3], r[4], -1 if r[5] is None else int(r[5])
@@ -117,6 +135,7 @@ class TopicOperations:
         """Delete it; once a topic's last subscription is gone its messages go too."""
         store = self.store
         with store.transaction() as conn:
+            self._hold_topic(conn, key.container)
             conn.execute(sa.delete(store.schema.acks).where(self._filter(key)))
             while True:
                 ids = (

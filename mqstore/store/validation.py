@@ -8,6 +8,17 @@ from mqstore.errors import DuplicateMessageError, InvalidMessageError
 from mqstore.schema import NAME_LENGTH
 from mqstore.store.model import CONTAINER_PREFIXES, NewMessage, SubscriptionKey
 
+#: The range of a Java ``long``, and of ActiveMQ's BIGINT columns.
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+def check_text(what: str, value: str) -> None:
+    """PostgreSQL text cannot hold NUL characters (its driver raises a DataError)."""
+    if "\x00" in value:
+        raise InvalidMessageError(
+            f"{what} {value[:40]!r} contains a NUL character, which PostgreSQL cannot store"
+        )
+
 
 def check_container(container: str) -> None:
     """A qualified ActiveMQ destination name (``queue://NAME`` ...) of at most 250 chars."""
@@ -15,6 +26,7 @@ def check_container(container: str) -> None:
         raise InvalidMessageError(
             f"destination {container!r} must start with one of {', '.join(CONTAINER_PREFIXES)}"
         )
+    check_text("destination", container)
     name = container.split("://", 1)[1]
     if not name:
         raise InvalidMessageError(f"destination {container!r} has an empty name")
@@ -43,6 +55,9 @@ def check_subscription(key: SubscriptionKey, selector: str | None, sub_dest: str
                 f"durable subscription {what} must be 1..{NAME_LENGTH} characters, got "
                 f"{len(value or '')} ({key.container})"
             )
+        check_text(f"durable subscription {what}", value)
+    if selector is not None:
+        check_text("selector", selector)
     if selector is not None and len(selector) > NAME_LENGTH:
         raise InvalidMessageError(
             f"selector of {len(selector)} characters is too long: ActiveMQ's SELECTOR column "
@@ -62,10 +77,17 @@ def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> None:
             raise InvalidMessageError(
                 f"expiration {m.expiration} is negative: use 0 for never, else epoch ms"
             )
+        for what, value in (("expiration", m.expiration), ("producer sequence", m.msgid_seq)):
+            if not isinstance(value, int) or not LONG_MIN <= value <= LONG_MAX:
+                raise InvalidMessageError(
+                    f"{what} {value!r} is not an integer that fits a Java long (ActiveMQ's "
+                    "BIGINT column)"
+                )
         if not m.msgid_prod or len(m.msgid_prod) > NAME_LENGTH:
             raise InvalidMessageError(
                 f"producer id must be 1..{NAME_LENGTH} characters, got {len(m.msgid_prod or '')}"
             )
+        check_text("producer id", m.msgid_prod)
         if not isinstance(m.msg, (bytes, bytearray, memoryview)):
             raise InvalidMessageError("message body must be bytes (an OpenWire frame)")
         if len(m.msg) > max_bytes:

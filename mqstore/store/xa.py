@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from mqstore.db import hold_advisory_lock
 from mqstore.errors import TransactionError
+from mqstore.schema import NAME_LENGTH
 from mqstore.store.model import (
     Ack,
     Batch,
@@ -42,6 +44,12 @@ class XaOperations:
         """Write the work invisibly; returns the (temporary) IDs of its adds."""
         store = self.store
         check_messages(batch.adds, store.max_message_bytes)
+        if len(xid.encode("-")) > NAME_LENGTH:
+            raise TransactionError(
+                f"XA transaction id of {len(xid.gtrid)} + {len(xid.bqual)} bytes is too long "
+                f"for ActiveMQ's XID column (at most {NAME_LENGTH} characters of base64); XA "
+                "allows 64 bytes each for the global transaction id and the branch qualifier"
+            )
         m, a = store.schema.msgs, store.schema.acks
         with store.transaction() as conn:
             self._hold(conn, xid)
@@ -62,18 +70,18 @@ class XaOperations:
                         f"cannot prepare the removal of message {removal.id} from "
                         f"{removal.container}: not stored or already in another transaction"
                     )
-            for ack in batch.acks:
-                prio = store.column_priority(ack.priority)
+            # The newest ack per subscription and priority, as a commit keeps it.
+            for (key, prio), last_ack in store._newest_acks(batch.acks).items():
                 result = conn.execute(
                     sa.update(a)
-                    .where(*self._ack_row(ack.key, prio), a.c.xid.is_(None))
-                    .values(xid=xid.encode("-", ack.message_id, prio))
+                    .where(*self._ack_row(key, prio), a.c.xid.is_(None))
+                    .values(xid=xid.encode("-", last_ack, prio))
                 )
                 if result.rowcount != 1:
-                    # The row holds one prepared ack (ActiveMQ's format): a second would
-                    # silently replace the first.
+                    # The row holds one prepared ack (ActiveMQ's format): another
+                    # transaction's would silently replace it.
                     raise TransactionError(
-                        f"cannot prepare an acknowledgement for subscription {ack.key} "
+                        f"cannot prepare an acknowledgement for subscription {key} "
                         f"(priority {prio}): no such subscription, or its acknowledgement "
                         "is already in another XA transaction"
                     )
@@ -83,10 +91,7 @@ class XaOperations:
         """Wait until no other session prepares, commits or rolls back ``xid``; held to the
         end of ``conn``'s transaction, so of two at once the second finds the first's work
         done (a second prepare is refused, a second commit or rollback finds nothing)."""
-        conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
-            {"key": f"mqstore xa {self.store.schema.msgs.fullname} {xid.encode('+')}"},
-        )
+        hold_advisory_lock(conn, f"mqstore xa {self.store.schema.msgs.fullname} {xid.encode('+')}")
 
     def _prepared(
         self, conn: Connection
@@ -122,7 +127,9 @@ class XaOperations:
         ).all():
             xid, _, last_ack, prio = Xid.decode(ack_row.xid)
             key = SubscriptionKey(ack_row.container, ack_row.client_id, ack_row.sub_name)
-            found[xid][2].append(Ack(key, last_ack, prio))
+            # In plain mode ActiveMQ may write the message's JMS priority into the XID while
+            # the row's PRIORITY is 0 (as its own recovery does, read it as the row's).
+            found[xid][2].append(Ack(key, last_ack, store.column_priority(prio)))
         return found
 
     def recover(self) -> list[PreparedTransaction]:

@@ -96,6 +96,11 @@ def test_duplicate_jms_id_in_one_destination_is_refused(store: PostgresStore) ->
         (msg(Q, 1, priority=10), "outside 0..9"),
         (msg(Q, 1, priority=-1), "outside 0..9"),
         (msg(Q, 1, expiration=-5), "negative"),
+        (msg(Q, 1, expiration=2**63), "Java long"),
+        (msg(Q, 2**63), "Java long"),
+        (msg(Q, -(2**63) - 1), "Java long"),
+        (msg("queue://ord\x00ers", 1), "NUL"),
+        (msg(Q, 1, producer="ID:host\x00-1:1:1"), "NUL"),
     ],
 )
 def test_bad_input_is_refused_and_nothing_written(

@@ -133,3 +133,71 @@ def test_expiry_returns_only_the_messages_it_removed(store: PostgresStore, dsn: 
     with store.engine.connect() as conn:
         outcomes = conn.execute(sa.text("SELECT id, outcome FROM mqstore_history")).all()
     assert [tuple(r) for r in outcomes] == [(kept, "expired")]
+
+
+def test_two_last_subscriptions_deleted_at_once_leave_no_messages_behind(
+    store: PostgresStore,
+) -> None:
+    """Each delete ran its orphan check while the other's delete was uncommitted: each saw
+    the other subscription, so neither removed the topic's messages, and with no
+    subscription left no cleanup ever would."""
+    topic = "topic://news"
+    first, second = (SubscriptionKey(topic, "client", name) for name in ("a", "b"))
+    store.add_subscription(first)
+    store.add_subscription(second)
+    store.add([msg(topic, 1), msg(topic, 2)])
+    checked, other_done = threading.Event(), threading.Event()
+    slow = threading.Thread(target=store.delete_subscription, args=(first,))
+
+    def pause_after_orphan_check(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "NOT EXISTS" in statement and threading.current_thread() is slow:
+            checked.set()
+            other_done.wait(3)  # not set when the other delete waits for this one
+
+    def delete_second() -> None:
+        store.delete_subscription(second)
+        other_done.set()
+
+    other = threading.Thread(target=delete_second)
+    sa.event.listen(store.engine, "after_cursor_execute", pause_after_orphan_check)
+    try:
+        slow.start()
+        assert checked.wait(5)  # the first delete checked, not committed
+        other.start()
+        slow.join(10)
+        other.join(10)
+    finally:
+        sa.event.remove(store.engine, "after_cursor_execute", pause_after_orphan_check)
+    assert store.subscriptions(topic) == []
+    assert store.count(topic) == 0
+
+
+def test_one_subscription_created_twice_at_once_is_created_once(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both calls found no subscription; the second's INSERT then hit the first's key and
+    raised SQLAlchemy's IntegrityError instead of returning the subscription."""
+    key = SubscriptionKey("topic://news", "client", "sub")
+    looked, real_get = threading.Barrier(2, timeout=5), store.topics.get
+
+    def get_together(key: SubscriptionKey) -> Any:
+        found = real_get(key)
+        looked.wait()
+        return found
+
+    monkeypatch.setattr(store.topics, "get", get_together)
+    outcomes: list[object] = []
+
+    def add() -> None:
+        try:
+            outcomes.append(store.add_subscription(key))
+        except Exception as exc:  # the outcome under test
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=add) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    monkeypatch.undo()
+    assert outcomes == [store.get_subscription(key)] * 2

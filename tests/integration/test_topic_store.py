@@ -84,6 +84,23 @@ def test_subscription_needs_a_topic(store: PostgresStore) -> None:
         store.add_subscription(SubscriptionKey(Q, "c", "s"))
 
 
+@pytest.mark.parametrize(
+    ("key", "selector"),
+    [
+        (SubscriptionKey(T, "client\x00", "s"), None),
+        (SubscriptionKey(T, "c", "sub\x00"), None),
+        (SubscriptionKey(T, "c", "s"), "color = 'red\x00'"),
+        (SubscriptionKey(T + "\x00", "c", "s"), None),
+    ],
+)
+def test_subscription_values_postgresql_cannot_store_are_refused(
+    store: PostgresStore, key: SubscriptionKey, selector: str | None
+) -> None:
+    with pytest.raises(InvalidMessageError, match="NUL"):
+        store.add_subscription(key, selector=selector)
+    assert store.subscriptions() == []
+
+
 def test_lookup_list_and_delete(store: PostgresStore) -> None:
     other = SubscriptionKey("topic://other", "client-1", "sub-a")
     for key in (S2, S1, other):

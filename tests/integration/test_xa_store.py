@@ -240,3 +240,59 @@ def test_prioritized_prepared_ack_carries_its_priority(
     store.xa_commit(XID)
     assert _seqs(store.page_subscription(SUB, None, 10)) == [2]
     assert _xid_column(engine, "activemq_acks") == []
+
+
+def _activemq_prepared_ack(engine: Engine, sub: SubscriptionKey, last_ack: int, xid: Xid) -> None:
+    """Prepare an ack as ActiveMQ does in plain mode: XID byte 9 holds the message's JMS
+    priority (its ack cache keeps ``message.getPriority()``), the ACKS row's PRIORITY is 0."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE activemq_acks SET xid = :xid WHERE container = :c "
+                "AND client_id = :client AND sub_name = :sub"
+            ),
+            {
+                "xid": xid.encode("-", last_ack, priority=4),
+                "c": sub.container,
+                "client": sub.client_id,
+                "sub": sub.sub_name,
+            },
+        )
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_activemqs_plain_mode_prepared_ack_with_a_jms_priority_is_finished(
+    store: PostgresStore, engine: Engine, outcome: str
+) -> None:
+    store.add_subscription(SUB)
+    [first, second] = store.add([msg(T, 1), msg(T, 2)])
+    store.acknowledge([Ack(SUB, second)])  # a commit of an older ack does not advance
+    _activemq_prepared_ack(engine, SUB, first, XID)
+    [prepared] = store.xa_recover()
+    assert prepared.acks == (Ack(SUB, first, 0),)  # the PRIORITY column it names
+    getattr(store, f"xa_{outcome}")(XID)
+    assert _xid_column(engine, "activemq_acks") == []
+    assert store.xa_recover() == []
+    store.xa_prepare(XID, Batch(acks=[Ack(SUB, second)]))  # the row takes a new prepared ack
+
+
+def test_an_xid_too_long_for_the_xid_column_is_refused(store: PostgresStore) -> None:
+    too_long = Xid(1, b"g" * 100, b"b" * 100)  # XA allows 64 bytes each
+    with pytest.raises(TransactionError, match="at most 250"):
+        store.xa_prepare(too_long, Batch(adds=[msg(Q, 1)]))
+    assert store.xa_recover() == []
+    store.xa_prepare(Xid(1, b"g" * 64, b"b" * 64), Batch(adds=[msg(Q, 1)]))  # the largest fits
+
+
+def test_several_acks_of_one_subscription_in_a_transaction_prepare_as_the_newest(
+    store: PostgresStore, engine: Engine
+) -> None:
+    """A durable subscriber that acknowledges two messages in one XA transaction: the
+    prepare was refused (its second ack found the ACKS row already holding the first)."""
+    store.add_subscription(SUB)
+    [first, second, third] = store.add([msg(T, 1), msg(T, 2), msg(T, 3)])
+    store.xa_prepare(XID, Batch(acks=[Ack(SUB, second), Ack(SUB, first)]))
+    [ack_xid] = _xid_column(engine, "activemq_acks")
+    assert Xid.decode(ack_xid) == (XID, "-", second, 0)  # the newest, as commit() keeps it
+    store.xa_commit(XID)
+    assert [m.id for m in store.page_subscription(SUB, None, 10)] == [third]
