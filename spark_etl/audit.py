@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
 from .archive_guard import history_archive
@@ -64,15 +64,16 @@ def _rows(df: DataFrame, limit: int | None = MAX_LISTED) -> list[dict[str, Any]]
     return [r.asDict(recursive=True) for r in rows]
 
 
-def _age(now_ms: int) -> Any:
-    """Age in ms of a message by its JMS timestamp (null without one, never negative)."""
-    ts = sf.nullif(sf.col("timestamp"), sf.lit(0))
-    return sf.greatest(sf.lit(now_ms) - ts, sf.lit(0))
+def _age(timestamp: str, now_ms: int) -> Column:
+    """Age in ms of a message by its JMS timestamp: null without one (0), or for one too far
+    from ``now_ms`` for a long; never negative (``greatest`` would make a null age 0)."""
+    age = sf.try_subtract(sf.lit(now_ms), sf.nullif(sf.col(timestamp), sf.lit(0)))
+    return sf.when(age < 0, sf.lit(0)).otherwise(age)
 
 
 def destination_stats(msgs: DataFrame, now_ms: int) -> DataFrame:
     """Per destination: depth, oldest/newest timestamp, age percentiles and age buckets."""
-    aged = msgs.withColumn("age_ms", _age(now_ms))
+    aged = msgs.withColumn("age_ms", _age("timestamp", now_ms))
     bucket = sf.lit(AGE_BUCKETS[-1][0])
     for label, bound in reversed(AGE_BUCKETS[:-1]):
         assert bound is not None
@@ -141,9 +142,7 @@ def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataF
             sf.max("last_acked_id").alias("last_acked_id"),
             sf.count("m_id").alias("backlog"),
             sf.min("m_id").alias("first_pending_id"),
-            sf.max(sf.greatest(sf.lit(now_ms) - sf.nullif("m_timestamp", sf.lit(0)), sf.lit(0)))
-            .cast("bigint")
-            .alias("oldest_pending_age_ms"),
+            sf.max(_age("m_timestamp", now_ms)).cast("bigint").alias("oldest_pending_age_ms"),
         )
         .orderBy(*key)
     )

@@ -57,7 +57,14 @@ from .archive_guard import (
 )
 from .decode import with_decoded
 from .durable import fsync_all, fsync_path, fsync_tree, write_atomically
-from .history import DEFAULT_WINDOW, HISTORY_COLUMNS, derive_removals, fetch_late_rows, read_history
+from .history import (
+    DEFAULT_WINDOW,
+    HISTORY_COLUMNS,
+    derive_removals,
+    fetch_late_rows,
+    match_rows,
+    read_history,
+)
 from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
 from .sources import (
     JdbcSource,
@@ -98,6 +105,9 @@ _BODY_WRITER_OPTIONS = {
 #: Java regex matching one character that Spark escapes in a partition directory name.
 _ESCAPED_CLASS = "[" + "".join(f"\\u{ord(ch):04x}" for ch in sorted(ESCAPED)) + "]"
 _shorten = sf.udf(partition_value, StringType(), useArrow=True)
+#: Epoch ms of the first and the last instant of the years 1 to 9999 (the dates that
+#: Python's ``datetime.date``, and so PySpark's and pandas' readers, can hold).
+_FIRST_DAY_MS, _LAST_DAY_MS = -62_135_596_800_000, 253_402_300_799_999
 
 
 @dataclass
@@ -199,9 +209,13 @@ def _partitioned(rows: DataFrame, day: Column) -> DataFrame:
 
 
 def message_rows(msgs: DataFrame, keep_msg: bool = True) -> DataFrame:
-    """Decoded message rows with the ``destination``/``date`` partition columns (pure)."""
+    """Decoded message rows with the ``destination``/``date`` partition columns (pure);
+    ``date`` is null without a JMS timestamp or for one outside years 1 to 9999 (the
+    producer's client sets it: Spark fails on a value no timestamp holds)."""
     decoded = with_decoded(msgs, keep_msg=keep_msg)
-    return _partitioned(decoded, sf.timestamp_millis(sf.nullif(sf.col("timestamp"), sf.lit(0))))
+    stamp = sf.col("timestamp")
+    known = (stamp != 0) & stamp.between(_FIRST_DAY_MS, _LAST_DAY_MS)
+    return _partitioned(decoded, sf.when(known, sf.timestamp_millis(stamp)))
 
 
 def history_rows(history: DataFrame, keep_msg: bool = True) -> DataFrame:
@@ -254,11 +268,13 @@ def _new_messages(
     marks: dict[str, Any],
     out: Path,
 ) -> tuple[DataFrame, int | None]:
-    """Rows above the watermark up to the snapshot's MAX(ID), plus late commits below it.
+    """Rows above the watermark up to the snapshot's MAX(ID), plus late rows below it.
 
-    A late commit is an id at or below the watermark that this snapshot holds, the
-    previous one did not, and the previous run did not export (it may have been read
-    after its snapshot). No join with the big table: only the few late ids are fetched.
+    A late row is one at or below the watermark that this snapshot holds, the previous
+    one did not, and the previous run did not export (it may have been read after its
+    snapshot): a late commit, or a new message under an ID the broker reused after a
+    restart (rows are told apart by :data:`.history.ROW_KEY`). No join with the big
+    table: only the few late ids are fetched.
     """
     mark = marks.get("msgs_max_id")
     top = snapshot.agg(sf.max("id")).first()
@@ -269,12 +285,13 @@ def _new_messages(
     new_mark = max((x for x in (mark, upto) if x is not None), default=None)
     if prev is None or mark is None:
         return main, new_mark
-    late = snapshot.where(sf.col("id") <= mark).join(prev.select("id"), "id", "left_anti")
+    late = match_rows(snapshot.where(sf.col("id") <= mark), prev, "left_anti")
     keys = {int(r["id"]) for r in late.select("id").collect()}
     last_run = _run_files(out / "messages", marks.get("run_id"))
     if keys and last_run:
-        done = spark.read.parquet(*last_run).select("id").where(sf.col("id").isin(list(keys)))
-        keys -= {int(r["id"]) for r in done.collect()}
+        done = spark.read.parquet(*last_run).where(sf.col("id").isin(list(keys)))
+        late = match_rows(late, done, "left_anti")
+        keys = {int(r["id"]) for r in late.select("id").collect()}
     extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", sorted(keys))
     return (main if extra is None else main.unionByName(extra.select(*main.columns))), new_mark
 
@@ -472,11 +489,12 @@ def _not_archived(
 
 
 def current_messages(spark: SparkSession, out_dir: str | os.PathLike[str]) -> DataFrame:
-    """The exported messages still stored at the last run (messages ⋉ last snapshot)."""
+    """The exported messages still stored at the last run (messages ⋉ last snapshot, on
+    :data:`.history.ROW_KEY`)."""
     out = Path(out_dir)
     marks = load_watermarks(out)
-    snap = spark.read.parquet(str(out / SNAPSHOTS / marks["snapshot"])).select("id")
-    return read_dataset(spark, out / "messages").join(snap, "id", "left_semi")
+    snap = spark.read.parquet(str(out / SNAPSHOTS / marks["snapshot"]))
+    return match_rows(read_dataset(spark, out / "messages"), snap, "left_semi")
 
 
 __all__ = [

@@ -9,6 +9,8 @@ exported (deduplicated on ``hist_id``).
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
@@ -34,15 +36,28 @@ DEFAULT_WINDOW = 100_000
 REMOVED = "removed"
 #: Above this many late rows, they are read as one range and filtered in Spark.
 _MAX_KEY_LIST = 5_000
+#: What tells two ``ACTIVEMQ_MSGS`` rows apart over time: the ``ID`` alone does not, as the
+#: broker resumes IDs at ``max(MAX(ID), MAX(LAST_ACKED_ID)) + 1`` when it starts, so the
+#: IDs of the newest messages, consumed before a restart, are given to new ones.
+ROW_KEY = ("id", "msgid_prod", "msgid_seq")
+
+
+def match_rows(rows: DataFrame, others: DataFrame, how: str) -> DataFrame:
+    """``rows`` joined ``how`` (``left_semi``, ``left_anti``) to ``others`` on :data:`ROW_KEY`
+    (nulls equal: ActiveMQ's ``MSGID_PROD`` and ``MSGID_SEQ`` may be null)."""
+    keys = others.select(*[sf.col(c).alias(f"_other_{c}") for c in ROW_KEY])
+    same = reduce(lambda a, b: a & b, [rows[c].eqNullSafe(keys[f"_other_{c}"]) for c in ROW_KEY])
+    return rows.join(keys, same, how)
 
 
 def derive_removals(previous: DataFrame, current: DataFrame, removed_at: int) -> DataFrame:
     """History rows for ids in the ``previous`` snapshot that ``current`` no longer holds.
 
     Pure transform over snapshot DataFrames (``SNAPSHOT_COLUMNS``); ``removed_at`` is the
-    time of the current snapshot, so the removal happened at or before it.
+    time of the current snapshot, so the removal happened at or before it. An ID the
+    broker has since given to another message (:data:`ROW_KEY`) was removed too.
     """
-    gone = previous.join(current.select("id"), "id", "left_anti")
+    gone = match_rows(previous, current, "left_anti")
     return gone.select(
         sf.lit(None).cast("bigint").alias("hist_id"),
         "id",
@@ -120,8 +135,10 @@ __all__ = [
     "DEFAULT_WINDOW",
     "HISTORY_COLUMNS",
     "REMOVED",
+    "ROW_KEY",
     "derive_removals",
     "fetch_late_rows",
     "late_keys",
+    "match_rows",
     "read_history",
 ]

@@ -26,7 +26,10 @@ def _e(value: Any) -> str:
 def _when(ms: Any) -> str:
     if not ms:
         return ""
-    return datetime.fromtimestamp(int(ms) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(int(ms) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):  # a JMS timestamp no date holds
+        return f"{int(ms)} ms since 1970"
 
 
 def _duration(ms: Any) -> str:

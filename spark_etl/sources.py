@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
@@ -72,7 +72,9 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
 
     User and password become connection properties (never part of the URL). libpq
     parameters other than host/port/user/password are passed on (``sslmode`` and the
-    like mean the same to pgjdbc). A Unix-socket DSN is refused: pgjdbc speaks TCP only.
+    like mean the same to pgjdbc). Port, database, user and password the DSN leaves out
+    come from ``PGPORT``, ``PGDATABASE``, ``PGUSER`` and ``PGPASSWORD``, as for libpq.
+    A Unix-socket DSN is refused: pgjdbc speaks TCP only.
     """
     scheme, sep, _ = dsn.partition("://")
     if not sep or scheme not in _SCHEMES:
@@ -83,7 +85,11 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
             "or --dsn)"
         )
     parts = urlsplit("postgresql://" + dsn.split("://", 1)[1])
-    params = dict(parse_qsl(parts.query))
+    # As libpq: percent-decoded, a '+' kept (parse_qsl would make it a space).
+    params = {
+        unquote(k): unquote(v)
+        for k, _, v in (p.partition("=") for p in parts.query.split("&") if p)
+    }
     host = params.get("host") or unquote(parts.hostname or "")
     if not host or host.startswith("/"):
         raise SourceError(
@@ -91,15 +97,19 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
             f"({'host=' + host if host else 'no host'}): give a TCP host, e.g. "
             "postgresql://USER@127.0.0.1:5432/DBNAME"
         )
-    try:
-        port = int(params.get("port") or parts.port or 5432)
+    try:  # a part the DSN leaves out is libpq's (which the checks before Spark connect with)
+        port = int(params.get("port") or parts.port or os.environ.get("PGPORT") or 5432)
     except ValueError:
         raise SourceError(f"invalid port in DSN host {parts.netloc.rpartition('@')[2]!r}") from None
-    database = unquote(parts.path.lstrip("/")) or params.get("dbname") or ""
+    database = (
+        unquote(parts.path.lstrip("/")) or params.get("dbname") or os.environ.get("PGDATABASE")
+    ) or ""
     host_part = f"[{host}]" if ":" in host else host
     extra = {k: v for k, v in params.items() if k not in _DROPPED_PARAMS}
-    query = "&".join(f"{k}={v}" for k, v in sorted(extra.items()))
-    url = f"jdbc:postgresql://{host_part}:{port}/{database}" + (f"?{query}" if query else "")
+    # pgjdbc URL-decodes the database and each value ('+' a space): encode them all.
+    query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in sorted(extra.items()))
+    url = f"jdbc:postgresql://{host_part}:{port}/{quote(database, safe='')}"
+    url += f"?{query}" if query else ""
     props: dict[str, str] = {}
     user = unquote(parts.username) if parts.username else params.get("user")
     password = unquote(parts.password) if parts.password else params.get("password")

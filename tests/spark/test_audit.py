@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from mqstore.store import Ack, Batch, PostgresStore, SubscriptionKey, Xid
 from spark_etl import cli
-from spark_etl.audit import Thresholds, audit
+from spark_etl.audit import Thresholds, audit, destination_stats, subscription_backlog
 from tests.integration.conftest import msg
 from tests.spark.conftest import dsn_of, execute
 
@@ -214,3 +214,23 @@ def test_a_subscription_with_an_xa_prepared_ack_keeps_its_backlog(
         store.stop()
     report = audit(spark, dsn_of(engine), tmp_path, now_ms=1795400000000)
     assert {s["sub_name"]: s["backlog"] for s in report["subscriptions"]} == {"sub": 3}
+
+
+def test_messages_without_a_jms_timestamp_have_an_unknown_age(spark: Any) -> None:
+    """A producer with ``disableMessageTimestamp`` stores JMSTimestamp 0: such a message's
+    age is unknown, not zero (it may be the oldest of all)."""
+    msgs = spark.createDataFrame(
+        [(1, Q, 0, NOW - 7_200_000, None), (2, Q, 0, 0, None), (3, T, 0, 0, None)],
+        "id bigint, container string, store_priority int, timestamp bigint, xid string",
+    )
+    acks = spark.createDataFrame(
+        [(T, "c", "s", None, 0, 0, None)],
+        "container string, client_id string, sub_name string, selector string,"
+        " last_acked_id bigint, priority int, xid string",
+    )
+    [stats] = [r.asDict() for r in destination_stats(msgs, NOW).where(f"destination = '{Q}'")
+               .collect()]  # fmt: skip
+    assert (stats["age<1m"], stats["age<1d"], stats["ageunknown"]) == (0, 1, 1)
+    assert stats["age_p50_ms"] == stats["age_max_ms"] == 7_200_000
+    [sub] = subscription_backlog(acks, msgs, NOW).collect()
+    assert (sub["backlog"], sub["oldest_pending_age_ms"]) == (1, None)

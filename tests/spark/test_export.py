@@ -394,3 +394,73 @@ def test_archived_files_are_on_disk_before_the_watermarks_name_them(
     missing = [str(p) for p in [*run, out / "messages", out / "_snapshots", out]
                if str(p) not in before]  # fmt: skip
     assert not missing, missing
+
+
+def test_ids_the_broker_reuses_after_a_restart_are_exported_and_their_removals_recorded(
+    spark: Any, activemq_engine: Engine, tmp_path: Path
+) -> None:
+    """ActiveMQ (and mqstore) resume IDs at max(MAX(ID), MAX(LAST_ACKED_ID)) + 1 on start:
+    when the newest queue messages were consumed before a restart, their IDs, at or below
+    the export's watermark, are given to new messages."""
+    dsn = dsn_of(activemq_engine)
+    # MSGID_PROD and MSGID_SEQ may be null in ActiveMQ's table.
+    execute(activemq_engine, "UPDATE activemq_msgs SET msgid_prod = NULL, msgid_seq = NULL "
+            "WHERE id = 5")  # fmt: skip
+    export(spark, dsn, tmp_path)
+    # 16 and 17 consumed; the broker restarts (MAX(ID) 15, LAST_ACKED_ID at most 9) and
+    # stores two new messages as 16 and 17.
+    execute(activemq_engine, "DELETE FROM activemq_msgs WHERE id IN (16, 17)")
+    _add(activemq_engine, 16, 1)
+    _add(activemq_engine, 17, 2)
+    second = export(spark, dsn, tmp_path, now_ms=1795400000000)
+    assert second.messages == {Q: 2}
+    assert second.history == {Q: 2}
+    texts = {
+        (r["id"], r["kind"], r["text"])
+        for r in spark.read.parquet(str(tmp_path / "messages")).collect()
+        if r["id"] in (16, 17)
+    }
+    assert texts == {(16, "map", None), (17, "stream", None), (16, "text", "new 1"),
+                     (17, "text", "new 2")}  # fmt: skip
+    removed = [(h["id"], h["msgid_seq"], h["outcome"]) for h in _history(spark, tmp_path)]
+    assert removed == [(16, 5, "removed"), (17, 6, "removed")]
+    current = export_mod.current_messages(spark, tmp_path).where("id >= 16").collect()
+    assert sorted((r["id"], r["text"]) for r in current) == [(16, "new 1"), (17, "new 2")]
+    third = export(spark, dsn, tmp_path)
+    assert third.message_rows == 0 and third.history_rows == 0
+
+
+def test_a_jms_timestamp_outside_the_calendar_neither_fails_the_export_nor_the_audit(
+    spark: Any, activemq_engine: Engine, tmp_path: Path
+) -> None:
+    """JMSTimestamp is whatever the producer's client put there: a value no date holds
+    must leave its row without a ``date``, not fail every run from then on."""
+    odd_clocks = ((18, 2**63 - 1, Q), (19, -(2**63), Q), (20, 253402300800000, Q),
+                  (21, -(2**63), T))  # fmt: skip
+    for row_id, stamp, container in odd_clocks:
+        msg = text_message(
+            f"odd clock {row_id}",
+            destination=container,
+            producer_id="ID:clock-1-2-3:1:1",
+            sequence=row_id,
+            timestamp=stamp,
+        )
+        execute(
+            activemq_engine,
+            "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
+            " priority) VALUES (:id, :c, :p, :id, 0, :m, 0)",
+            {"id": row_id, "c": container, "p": msg.msgid_prod, "m": encode(msg)},
+        )
+    dsn = dsn_of(activemq_engine)
+    result = export(spark, dsn, tmp_path)
+    assert result.messages == {Q: 15, T: 6}
+    odd = spark.read.parquet(str(tmp_path / "messages")).where("id >= 18")
+    assert sorted((r["id"], r["date"], r["text"]) for r in odd.collect()) == [
+        (18, None, "odd clock 18"),
+        (19, None, "odd clock 19"),
+        (20, None, "odd clock 20"),
+        (21, None, "odd clock 21"),
+    ]
+    report = audit(spark, dsn, tmp_path / "audit", now_ms=1795310000000)
+    assert {d["destination"]: d["depth"] for d in report["destinations"]} == {Q: 15, T: 6}
+    assert {s["sub_name"]: s["backlog"] for s in report["subscriptions"]} == {"subA": 3, "subB": 6}

@@ -28,6 +28,31 @@ def test_jdbc_url_from_dsn() -> None:
     assert jdbc_source("postgresql://u@h/d").options()["fetchsize"] == "10000"
 
 
+def test_jdbc_reads_the_server_and_database_libpq_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks before Spark connect with libpq, which takes a port or database the DSN
+    leaves out from PGPORT and PGDATABASE: the JDBC reads must go to that same database."""
+    monkeypatch.setenv("PGPORT", "5433")
+    monkeypatch.setenv("PGDATABASE", "broker")
+    assert (
+        jdbc_source("postgresql://u@db.example").url == "jdbc:postgresql://db.example:5433/broker"
+    )
+    assert jdbc_source("postgresql://u@h:6543/d").url == "jdbc:postgresql://h:6543/d"
+
+
+def test_dsn_values_mean_to_pgjdbc_what_they_mean_to_libpq() -> None:
+    """libpq percent-decodes a URI and keeps ``+``; pgjdbc URL-decodes its URL, where ``+``
+    is a space: what the DSN says reaches pgjdbc unchanged."""
+    src = jdbc_source(
+        "postgresql://u@h:5432/my%2Bdb%20x?password=a+b&sslrootcert=/tmp/a+b%25.crt"
+        "&application_name=x%20y"
+    )
+    assert src.properties["password"] == "a+b"
+    assert src.url == (
+        "jdbc:postgresql://h:5432/my%2Bdb%20x"
+        "?application_name=x%20y&sslrootcert=%2Ftmp%2Fa%2Bb%25.crt"
+    )
+
+
 @pytest.mark.parametrize(
     "dsn", ["postgresql://u@/db?host=/var/run/postgresql", "postgresql:///db", "mysql://h/db"]
 )
