@@ -19,6 +19,7 @@ from collections.abc import Callable
 from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 config = context.config
 _x = context.get_x_argument(as_dictionary=True)
@@ -119,7 +120,13 @@ def run_migrations_online() -> None:
         _run(shared, from_cli=False)
         return
     engine = create_engine(_url(), poolclass=pool.NullPool)
-    with engine.connect() as connection:
+    try:
+        connection = engine.connect()
+    except DBAPIError as exc:  # no server, no such database, refused credentials: one line
+        from mqstore.db import describe_connect_error
+
+        sys.exit(describe_connect_error(exc, engine.url))
+    with connection:
         _run(connection, from_cli=True)
     engine.dispose()
 

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqstore import migrate
-from mqstore.db import sqlstate
+from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
 from mqstore.errors import ConfigError, MqstoreError, SchemaError
 from mqstore.migration_guards import BROKER_PRIVILEGES
 from mqstore.settings import Settings, load_settings
@@ -32,7 +32,19 @@ _DATABASE_ADVICE = {
     "42501": "the DSN's role lacks rights on the tables: as their owner run GRANT "
     f"{', '.join(BROKER_PRIVILEGES)} ON ALL TABLES IN SCHEMA <schema> TO <role>, or use "
     "a DSN whose role has them",
+    "25006": "the database is read-only (a hot standby, or default_transaction_read_only): "
+    "point the DSN at the primary",
+    "57014": "the statement was cancelled, by the role's statement_timeout or an "
+    "administrator: run it again, with a longer one if need be "
+    "(options=-cstatement_timeout=0 in the DSN)",
+    LOCK_NOT_AVAILABLE: "another session holds a lock on a table it needs (a broker or a "
+    "migration): run it again when that is done, or with a longer lock_timeout",
 }
+#: What to do when the session ended while a command ran (its committed work stays).
+_CONNECTION_LOST = (
+    "lost the connection to PostgreSQL: the server restarted, an administrator ended the "
+    "session, or the network failed; run the command again"
+)
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 console = Console()
 err_console = Console(stderr=True)
@@ -80,6 +92,8 @@ def _run(fn: Callable[[], T]) -> T:
         message = str(exc)
     except sa.exc.DBAPIError as exc:
         advice = _DATABASE_ADVICE.get(sqlstate(exc))
+        if advice is None and exc.connection_invalidated:
+            advice = _CONNECTION_LOST
         if advice is None:
             raise
         message = f"{str(exc.orig).splitlines()[0]}: {advice}"
@@ -176,7 +190,7 @@ def db_upgrade(
 
 def _note_new_prefix(prefix: str, beside: list[str]) -> None:
     """Say that the upgrade made a new, empty set of tables beside other prefixes' tables."""
-    downgrade = f"mqstore db downgrade base --table-prefix {prefix!r}"
+    downgrade = f"mqstore db downgrade base --table-prefix {prefix!r} --yes"
     err_console.print(
         migrate.new_prefix_note(prefix, beside, "--table-prefix {}", downgrade),
         highlight=False,

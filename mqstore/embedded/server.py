@@ -92,6 +92,7 @@ class EmbeddedPostgres:
                 self._initialise(bin_dir)
             running = self._running()
             if running is None:
+                self._remove_stale_lock_files()
                 running = self._start_server(bin_dir)
             users = os.open(self.root / ".pg-users", os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(users, fcntl.LOCK_SH)
@@ -149,7 +150,7 @@ class EmbeddedPostgres:
         while True:
             info = Postmaster.read(self.data_dir)
             if info is None or not serves(abs(info.pid), self.data_dir):
-                return None  # PostgreSQL itself removes a stale postmaster.pid
+                return None  # a stale postmaster.pid: see _remove_stale_lock_files
             if info.pid < 0:
                 raise DatabaseUnavailableError(
                     f"a single-user PostgreSQL (pid {-info.pid}) is using {self.data_dir}: "
@@ -164,6 +165,20 @@ class EmbeddedPostgres:
                     f"{self.data_dir / 'log'}, {DSN_HINT}"
                 )
             time.sleep(0.2)  # being started (or stopped) by a process that was killed
+
+    def _remove_stale_lock_files(self) -> None:
+        """Remove the lock files of a server that is gone (under the start lock). PostgreSQL
+        removes them itself only when their pid is dead, and refuses to start ("lock file
+        already exists") when, after a crash and a reboot, another process has that pid."""
+        for lock in (self.data_dir / "postmaster.pid", *self.data_dir.glob(".s.PGSQL.*.lock")):
+            try:
+                pid = int(lock.read_text().split("\n", 1)[0])
+            except (OSError, ValueError):
+                continue  # gone, or unreadable: PostgreSQL decides
+            if not serves(abs(pid), self.data_dir):
+                log.warning("removing %s of a server that is gone (pid %d)", lock, pid)
+                with contextlib.suppress(FileNotFoundError):
+                    lock.unlink()
 
     def _start_server(self, bin_dir: Path) -> Postmaster:
         logfile = self.data_dir / "log"

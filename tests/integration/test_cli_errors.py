@@ -6,6 +6,7 @@ import itertools
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,3 +227,56 @@ def test_browse_takes_stomp_names_and_refuses_other_schemes(engine: Engine, dsn:
     assert empty.returncode == 0 and "nothing is stored under topic://none" in empty.stderr
     _one_line_error(mqstore("browse", "bogus://x", "--dsn", dsn), "is not a destination")
     assert mqstore("browse", "orders", "--limit", "-5", "--dsn", dsn).returncode == 2
+
+
+def _with_options(dsn: str, options: str) -> str:
+    url = make_url(dsn).update_query_dict({"options": options})
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["history", "trim", "--older-than-days", "1"], ["journal", "forget", "j1", "--yes"]],
+    ids=str,
+)
+def test_a_read_only_database_is_named(dsn: str, args: list[str]) -> None:
+    read_only = _with_options(dsn, "-cdefault_transaction_read_only=on")  # as on a standby
+    _one_line_error(mqstore(*args, "--dsn", read_only), "point the DSN at the primary")
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [("statement_timeout=300", "statement_timeout"), ("lock_timeout=300", "holds a lock")],
+)
+def test_a_timeout_of_the_role_is_named(dsn: str, engine: Engine, setting: str, words: str) -> None:
+    with engine.connect() as holder:  # a session in the middle of using MSGS
+        holder.execute(sa.text("LOCK TABLE activemq_msgs IN ACCESS EXCLUSIVE MODE"))
+        result = mqstore("db", "status", "--dsn", _with_options(dsn, f"-c{setting}"))
+        holder.rollback()
+    _one_line_error(result, words)
+
+
+def test_a_connection_ended_mid_command_is_named(dsn: str, engine: Engine) -> None:
+    """A server restart (or an administrator) ends the command's session while it works."""
+    with engine.connect() as holder:
+        holder.execute(sa.text("LOCK TABLE activemq_msgs IN ACCESS EXCLUSIVE MODE"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mqstore", "db", "status", "--dsn", dsn],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        ended = 0
+        deadline = time.monotonic() + 60
+        while not ended and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            with engine.begin() as admin:  # a new transaction sees pg_stat_activity anew
+                ended = admin.execute(
+                    sa.text(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                ).scalar_one()
+        out, err = proc.communicate(timeout=60)
+        holder.rollback()
+    assert ended, err
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    _one_line_error(result, "lost the connection to PostgreSQL")

@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import stomp
@@ -323,6 +324,43 @@ def test_sigkilled_serve_does_not_keep_the_server_running_for_ever(work: Workdir
     while work.postgres_pids() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not work.postgres_pids(), "the embedded PostgreSQL was left running"
+
+
+def test_a_crashed_servers_pid_taken_by_another_process_does_not_block_the_start(
+    work: Workdir,
+) -> None:
+    """After a crash (a power cut, a killed container) the server's lock files stay behind;
+    after a reboot their pid may be another process of the server's user, which PostgreSQL
+    takes for a server still running on the data."""
+    port = _free_port()
+    first = work.serve(port, "first.log")
+    work.wait_serving(first, "first.log")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    for pid in work.postgres_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while work.postgres_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not work.postgres_pids()
+    owner = work.pgdata.stat()
+    as_owner: dict[str, Any] = (
+        {"user": owner.st_uid, "group": owner.st_gid, "extra_groups": []} if IS_ROOT else {}
+    )
+    other = subprocess.Popen(["sleep", "300"], **as_owner)  # the pid, reused
+    try:
+        locks = [work.pgdata / "postmaster.pid", *work.pgdata.glob(".s.PGSQL.*.lock")]
+        assert locks[0].exists()
+        for lock in locks:
+            rest = lock.read_text().splitlines()[1:]
+            lock.write_text("\n".join([str(other.pid), *rest]) + "\n")
+        result = work.run("stats", "--json")
+        assert result.returncode == 0, result.stderr
+        assert other.poll() is None  # left alone
+    finally:
+        other.kill()
+        other.wait(10)
 
 
 # -- 4. read-only commands never create a store -------------------------------------------

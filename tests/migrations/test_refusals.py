@@ -125,6 +125,26 @@ def test_alembic_cli_refuses_an_unusable_prefix_in_one_line(empty_dsn: str, pref
         engine.dispose()
 
 
+@pytest.mark.parametrize(
+    ("where", "words"),
+    [
+        ({"port": 1}, "cannot connect to PostgreSQL at 127.0.0.1:1"),
+        ({"database": "mqs_no_such_database"}, "database 'mqs_no_such_database' does not exist"),
+    ],
+    ids=["no-server", "no-database"],
+)
+def test_alembic_cli_on_a_database_it_cannot_reach_says_so_in_one_line(
+    empty_dsn: str, where: dict[str, object], words: str
+) -> None:
+    url = make_url(empty_dsn).set(**where)
+    if "port" in where:
+        url = url.set(host="127.0.0.1")
+    result = alembic("-x", f"dsn={url.render_as_string(hide_password=False)}", "upgrade", "head")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    assert words in result.stderr.strip().splitlines()[-1]
+
+
 def test_upgrade_refuses_an_unusable_prefix(empty_engine: Engine) -> None:
     with pytest.raises(ConfigError, match="at most 31 characters"):
         migrate.upgrade(empty_engine, prefix="B" * 50 + "_")
