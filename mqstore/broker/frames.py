@@ -156,7 +156,9 @@ class FrameParser:
         if length_text is not None:
             if not (length_text.isascii() and length_text.isdigit()):
                 raise FrameError(f"content-length must be a number of octets: {length_text[:40]!r}")
-            length = int(length_text)
+            # int() refuses over 4300 digits (ValueError): a length that long is too large anyway
+            digits = length_text.lstrip("0") or "0"
+            length = int(digits) if len(digits) <= 18 else self.limits.max_frame_size + 1
             if body_start + length > self.limits.max_frame_size:
                 raise FrameError(
                     f"frame larger than the limit of {self.limits.max_frame_size} bytes"

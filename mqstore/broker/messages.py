@@ -11,15 +11,21 @@ from mqstore.openwire import Destination, Message, MessageKind, ProducerId
 from mqstore.openwire.jformat import value_of
 from mqstore.store.model import NewMessage, StoredMessage
 
-#: SEND headers with a meaning of their own; every other header becomes a String property
-#: (``content-type`` and ``amq-msg-type`` too, as ActiveMQ keeps them).
-_RESERVED = frozenset(
+#: Names ActiveMQ's ``setProperties`` hands to JMS field setters (``JMS_PROPERTY_SETERS``)
+#: instead of storing a property; they win over ``priority``, ``type``, ``persistent``...
+_JMS_SETTERS = frozenset(
     {
-        "destination", "content-length", "receipt", "transaction", "persistent",
-        "priority", "expires", "correlation-id", "reply-to", "type", "message-id", "timestamp",
-        "subscription", "ack", "redelivered", "JMSXGroupID", "JMSXGroupSeq", "login", "passcode",
+        "JMSXGroupID", "JMSXGroupSeq", "JMSCorrelationID", "JMSType", "JMSPriority",
+        "JMSExpiration", "JMSTimestamp", "JMSDeliveryMode",
     }
 )  # fmt: skip
+#: SEND headers with a meaning of their own; every other header becomes a String property
+#: (``content-type`` and ``amq-msg-type`` too, as ActiveMQ keeps them).
+_RESERVED = _JMS_SETTERS | {
+    "destination", "content-length", "receipt", "transaction", "persistent",
+    "priority", "expires", "correlation-id", "reply-to", "type", "message-id", "timestamp",
+    "subscription", "ack", "redelivered", "login", "passcode",
+}  # fmt: skip
 #: STOMP destination prefixes a reply-to may name (others stay a String property).
 _REPLY_KINDS = ("queue", "topic", "temp-queue", "temp-topic")
 
@@ -101,19 +107,30 @@ class BrokerMessage:
 
     @classmethod
     def from_row(cls, row: StoredMessage, seq: int) -> BrokerMessage:
-        """A stored row (its MSG decoded)."""
-        ow = openwire.decode(row.msg, lazy=True)
+        """A stored row (its MSG decoded); :class:`UnrenderableError` naming the row if its
+        MSG does not decode."""
+        try:
+            ow = openwire.decode(row.msg, lazy=True)
+        except openwire.DecodeError as exc:
+            raise UnrenderableError(
+                f"row {row.id} of {row.container} has a malformed MSG: {exc}"
+            ) from None
         return cls(ow, row.container, True, row.msg, row.id, row.priority, seq)
 
 
-def _int_header(frame: Frame, name: str, default: int) -> int:
+def _int_header(frame: Frame, name: str, default: int, bits: int = 64) -> int:
+    """An integer header that fits a Java ``long`` (``bits`` 32: an ``int``), as ActiveMQ
+    parses it; anything else is a :class:`FrameError`."""
     text = frame.get(name)
     if text is None or text == "":
         return default
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise FrameError(f"header {name} must be an integer, got {text!r}") from None
+        raise FrameError(f"header {name} must be an integer, got {text[:40]!r}") from None
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise FrameError(f"header {name} does not fit a Java {'int' if bits == 32 else 'long'}")
+    return value
 
 
 def _reply_destination(text: str) -> Destination | None:
@@ -137,13 +154,30 @@ def _is_text(frame: Frame) -> bool:
     return kind.lower() == "text"
 
 
+def _persistent(frame: Frame) -> bool:
+    """``JMSDeliveryMode`` (2 or PERSISTENT, 1 or NON_PERSISTENT) as ActiveMQ's setter reads
+    it, else ``persistent:true``."""
+    mode = frame.get("JMSDeliveryMode")
+    if mode is None:
+        return frame.get("persistent", "false") == "true"
+    if mode.upper() in ("PERSISTENT", "NON_PERSISTENT"):
+        return mode.upper() == "PERSISTENT"
+    try:
+        return _int_header(frame, "JMSDeliveryMode", 0, 32) == 2
+    except FrameError:
+        raise FrameError(
+            f"header JMSDeliveryMode must be 1, 2, PERSISTENT or NON_PERSISTENT, got {mode[:40]!r}"
+        ) from None
+
+
 def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int) -> BrokerMessage:
     """Build the OpenWire message of a SEND frame, as ActiveMQ's STOMP transport does."""
-    persistent = frame.get("persistent", "false") == "true"
-    priority = _int_header(frame, "priority", 4)
+    persistent = _persistent(frame)
+    priority = _int_header(frame, "JMSPriority", _int_header(frame, "priority", 4), 32)
     if not 0 <= priority <= 9:
         raise FrameError(f"priority must be 0..9, got {priority}")
-    expires = _int_header(frame, "expires", 0)
+    expires = _int_header(frame, "JMSExpiration", _int_header(frame, "expires", 0))
+    now = int(time.time() * 1000)
     props = {k: v for k, v in frame.headers.items() if k not in _RESERVED}
     reply = frame.get("reply-to")
     reply_to = _reply_destination(reply) if reply else None
@@ -156,11 +190,14 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
         priority=priority,
         persistent=persistent,
         expiration=max(expires, 0),
-        correlation_id=frame.get("correlation-id"),
-        type=frame.get("type"),
+        timestamp=_int_header(frame, "JMSTimestamp", now),
+        broker_in_time=now,
+        correlation_id=frame.get("JMSCorrelationID", frame.get("correlation-id")),
+        type=frame.get("JMSType", frame.get("type")),
         reply_to=reply_to,
         properties=props or None,
         group_id=frame.get("JMSXGroupID"),
+        group_sequence=_int_header(frame, "JMSXGroupSeq", 0, 32),
     )
     try:
         if not _is_text(frame):
@@ -174,16 +211,16 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
                     "amq-msg-type:text)"
                 ) from None
             ow = openwire.text_message(text, **kwargs)
+        msg = BrokerMessage(ow, container, persistent)
+        if persistent:
+            msg.encoded()
     except openwire.EncodeError as exc:
         raise FrameError(f"cannot encode message: {exc}") from None
-    msg = BrokerMessage(ow, container, persistent)
-    if persistent:
-        msg.encoded()
     return msg
 
 
 class UnrenderableError(ValueError):
-    """A message has no STOMP form: its stored body is malformed."""
+    """A message has no STOMP form: its stored MSG, properties or body are malformed."""
 
 
 def body_of(msg: Message) -> bytes:
@@ -208,7 +245,8 @@ def body_of(msg: Message) -> bytes:
 
 
 def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
-    """The MESSAGE headers that do not depend on the subscription (cached per message)."""
+    """The MESSAGE headers that do not depend on the subscription (cached per message).
+    Raises :class:`UnrenderableError` if the properties are malformed."""
     if msg.headers is not None:
         return msg.headers
     ow = msg.ow
@@ -233,8 +271,10 @@ def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
         headers.append(("JMSXGroupID", ow.group_id))
     try:
         props = dict(ow.properties)  # typed: a JFloat prints as Java prints a float
-    except openwire.DecodeError:
-        props = {}
+    except openwire.DecodeError as exc:  # never delivered without them: the DLQ takes it
+        raise UnrenderableError(
+            f"message {ow.jms_message_id} has malformed properties: {exc}"
+        ) from None
     taken = {k for k, _ in headers} | {"content-length"}  # the frame's own, from its body
     for key, value in props.items():
         if key not in taken:

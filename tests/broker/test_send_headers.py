@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mqstore import openwire
 from mqstore.openwire import MessageKind
-from tests.broker.harness import BrokerThread, connect
+from mqstore.store.port import Store
+from tests.broker.harness import BrokerThread, connect, running
 
 
 def _stored(broker: BrokerThread, queue: str) -> openwire.Message:
@@ -75,3 +78,37 @@ def test_typed_properties_reach_stomp_as_activemq_prints_them(broker: BrokerThre
     got = {k: headers[k] for k in ("flag", "ratio", "big", "n", "none")}
     assert got == {"flag": "true", "ratio": "1.1", "big": "1.0E7", "n": "3", "none": "null"}
     cons.disconnect()
+
+
+def test_jms_header_names_set_the_jms_fields_as_activemq_does(broker: BrokerThread) -> None:
+    # ActiveMQ's setProperties sends these names to setters (JMS_PROPERTY_SETERS): a JMS
+    # reader of the row sees them as JMSType, JMSXGroupSeq, ..., never as String properties
+    prod, col = connect(broker.port)
+    jms = {
+        "JMSXGroupID": "g", "JMSXGroupSeq": "3", "JMSType": "order", "JMSCorrelationID": "c-9",
+        "JMSPriority": "7", "JMSExpiration": "4102444800000", "JMSTimestamp": "1700000000000",
+        "JMSDeliveryMode": "PERSISTENT",
+    }  # fmt: skip
+    prod.send("/queue/jms-fields", "x", headers={**jms, "other": "kept"}, receipt="r")
+    assert col.wait(lambda: "r" in col.receipts), col.errors
+    prod.disconnect()
+    msg = _stored(broker, "queue://jms-fields")  # stored: JMSDeliveryMode made it persistent
+    assert (msg.group_id, msg.group_sequence, msg.type, msg.correlation_id) == (
+        "g", 3, "order", "c-9",
+    )  # fmt: skip
+    assert (msg.priority, msg.expiration, msg.timestamp) == (7, 4102444800000, 1700000000000)
+    assert msg.persistent and msg.plain_properties() == {"other": "kept"}
+
+
+@pytest.mark.parametrize(
+    "header, value",
+    [("JMSXGroupSeq", "three"), ("JMSXGroupSeq", str(1 << 31)), ("JMSDeliveryMode", "yes")],
+)
+def test_a_jms_header_its_setter_cannot_read_is_refused(
+    memory_store: Store, header: str, value: str
+) -> None:
+    with running(memory_store) as broker:
+        prod, col = connect(broker.port)
+        prod.send("/queue/jms-bad", "x", headers={header: value})
+        assert col.wait(lambda: bool(col.errors))
+        assert header in col.errors[0].headers["message"]

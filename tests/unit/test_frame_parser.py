@@ -41,3 +41,16 @@ def test_content_length_must_be_plain_digits(value: str) -> None:
 def test_content_length_keeps_nuls_in_the_body() -> None:
     data = b"SEND\ndestination:/q\ncontent-length:3\n\na\x00b\x00"
     assert _parse(data) == [("SEND", {"destination": "/q", "content-length": "3"}, b"a\x00b")]
+
+
+def test_a_content_length_of_thousands_of_digits_is_a_frame_error() -> None:
+    data = b"SEND\ndestination:/q\ncontent-length:" + b"9" * 5000 + b"\n\nabc\x00"
+    with pytest.raises(FrameError, match="larger than the limit"):
+        _parse(data)
+
+
+@pytest.mark.parametrize("value, body", [(b"0" * 4999 + b"3", b"abc"), (b"0", b""), (b"00", b"")])
+def test_a_content_length_with_leading_zeros_is_its_value(value: bytes, body: bytes) -> None:
+    data = b"SEND\ndestination:/q\ncontent-length:" + value + b"\n\n" + body + b"\x00"
+    [(_, _, got)] = _parse(data)
+    assert got == body
