@@ -51,7 +51,9 @@ class DurableSub:
         self.last_acked: dict[int, int] = {}  # LAST_ACKED_ID per priority, as written
         self._confirmed: dict[int, int] = {}  # ... and as the store confirmed it
         self.backlog = backlog
-        self.delivered: set[int] = set()  # sent, not acked: redelivered if sent again
+        #: sent, not acked: the redelivery counter it is sent again with (kept in memory:
+        #: the row is shared by every subscription of the topic)
+        self.delivered: dict[int, int] = {}
         #: Bytes of non-persistent messages waiting in ``pending`` (only memory holds them,
         #: so the topic's producers wait while this passes the high-water mark).
         self.volatile_bytes = 0
@@ -172,7 +174,7 @@ class DurableSub:
                 self.window.remove(msg)
                 self.unacked[msg.store_id] = msg.store_priority
                 self.waiting.add(msg.store_id, msg.store_priority)
-                self.delivered.add(msg.store_id)
+                self.delivered[msg.store_id] = msg.redelivery_counter + 1
             if msg.expired(now):
                 expired.append(msg)
                 continue
@@ -198,6 +200,7 @@ class DurableSub:
 
     async def _page(self, limit: int, max_bytes: int) -> None:
         broker = self.topic.broker
+        policy = broker.config.redelivery
         try:
             skipped, session = self._left.count, self._session
             self.cursor = self._left.rewind(self.cursor)
@@ -219,9 +222,18 @@ class DurableSub:
                     full = True  # this row and the rest wait in the store for a later page
                     break
                 self.cursor = row.cursor
-                msg = BrokerMessage.from_row(row, 0)
-                if row.id in self.delivered:
-                    msg.ow = msg.ow.replace(redelivery_counter=msg.ow.redelivery_counter + 1)
+                try:
+                    msg = BrokerMessage.from_row(row, 0)
+                except UnrenderableError as exc:  # nothing to deliver, nor to dead-letter
+                    log.error("%s: %s; skipped by this subscription", self.key, exc)
+                    continue
+                counter = self.delivered.get(row.id, 0)
+                if counter > msg.ow.redelivery_counter:
+                    msg.ow = msg.ow.replace(redelivery_counter=counter)
+                if policy.exceeded(counter):  # left unacknowledged too often: poison
+                    self.tracked.add(row.id)
+                    broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
+                    continue
                 self._take(msg)
             self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read
             if (
@@ -254,7 +266,7 @@ class DurableSub:
             self.unacked.pop(m.store_id, None)
             self.waiting.discard(m.store_id)
             self.acked_pending.add(m.store_id, m.store_priority)
-            self.delivered.discard(m.store_id)
+            self.delivered.pop(m.store_id, None)
         op = Op()
         for prio in self.acked_pending.priorities():
             # The acked ids below the lowest waiting one that this session has read: a

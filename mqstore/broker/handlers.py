@@ -47,6 +47,7 @@ class Handlers:
     consumers: dict[str, Consumer]
     tokens: dict[str, Delivery]
     txs: dict[str, Transaction]
+    settling: set[asyncio.Future[list[int]]]  # ACK/NACK store work sent without a receipt
     producer: ProducerId
     sequence: int
     unsettled: int
@@ -288,9 +289,13 @@ class Handlers:
         if consumer is None and not name:
             raise _error(f"no subscription with id {sub_id!r} on this connection")
         if consumer is not None:
-            for tx in self.txs.values():
-                tx.forget(list(consumer.in_flight.values()))
+            held = list(consumer.in_flight.values())
             self.broker.unsubscribe(consumer)
+            # A queue keeps the deliveries settled in a transaction for its COMMIT or ABORT;
+            # the others left with the consumer (a durable subscriber reads them again).
+            kept = {id(d) for d in consumer.in_flight.values()}
+            for tx in self.txs.values():
+                tx.forget([d for d in held if id(d) not in kept])
         if name:
             dest = frame.get("destination")
             container = container_of(dest) if dest else consumer.container if consumer else ""
@@ -375,6 +380,9 @@ class Handlers:
             fut = self.broker.submit(op, finish, failed=lambda: dest.unsettled(msgs))
         if frame.get("receipt") is not None:
             await asyncio.shield(fut)
+        else:
+            self.settling.add(fut)
+            fut.add_done_callback(self.settling.discard)
         self.receipt(frame)
 
     # -- transactions ---------------------------------------------------------------------------
@@ -476,6 +484,9 @@ class Handlers:
             dest.give_back(deliveries)
 
     async def on_disconnect(self, frame: Frame) -> None:
+        if self.settling and frame.get("receipt") is not None:
+            # Its receipt says every frame before it is done: the acks sent without one too.
+            await asyncio.wait(list(self.settling))
         self.receipt(frame)
         self.closing = True
 

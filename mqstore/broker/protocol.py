@@ -60,6 +60,7 @@ class Connection(Handlers):
         self.consumers: dict[str, Consumer] = {}
         self.tokens: dict[str, Delivery] = {}
         self.txs: dict[str, Transaction] = {}
+        self.settling: set[asyncio.Future[list[int]]] = set()
         self.producer = ProducerId(f"ID:{broker.node}-{number}", 1, 1)
         self.sequence = 0
         self.unsettled = 0

@@ -170,14 +170,12 @@ class Queue:
         self.kick()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        """Detach; every unsettled delivery goes back, redelivered."""
+        """Detach; every unsettled delivery goes back, redelivered. One acked or nacked in an
+        open transaction stays with it: its COMMIT consumes it, its ABORT gives it back."""
         consumer.closed = True
         if consumer in self.consumers:
             self.consumers.remove(consumer)
-        back = list(consumer.in_flight.values())
-        for d in back:
-            d.tx = None
-        self.give_back(back)
+        self.give_back([d for d in consumer.in_flight.values() if d.tx is None])
 
     # -- dispatch ---------------------------------------------------------------------------
     def kick(self) -> None:
@@ -263,7 +261,11 @@ class Queue:
                     full = True  # this row and the rest wait in the store for a later page
                     break
                 self.cursor = row.cursor
-                msg = BrokerMessage.from_row(row, self.broker.next_seq())
+                try:
+                    msg = BrokerMessage.from_row(row, self.broker.next_seq())
+                except UnrenderableError as exc:  # nothing to deliver, nor to dead-letter
+                    log.error("%s: %s; left in the store, not delivered", self.container, exc)
+                    continue
                 self.tracked.add(row.id)
                 self._push(msg)
             self.cursor = self._left.rewind(self.cursor)  # skipped while the page was read

@@ -25,7 +25,7 @@ from mqstore.broker.dlq_audit import DeadLetterAudit
 from mqstore.broker.durable import DurableSub
 from mqstore.broker.flow import StoreUsage
 from mqstore.broker.frames import encode_frame
-from mqstore.broker.messages import BrokerMessage, dead_letter, stomp_name
+from mqstore.broker.messages import BrokerMessage, UnrenderableError, dead_letter, stomp_name
 from mqstore.broker.metrics import BrokerMetrics
 from mqstore.broker.paging import MemoryBudget
 from mqstore.broker.protocol import Connection, ProtocolError
@@ -76,6 +76,8 @@ class Broker:
         self._idle_since: dict[str, float] = {}  # destination -> when first seen idle
         #: store IDs removed while an expiry sweep reads the store (None: no sweep reading)
         self._swept: set[int] | None = None
+        #: expired store IDs whose MSG does not decode (reported once, left in the store)
+        self._unreadable: set[int] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -500,8 +502,15 @@ class Broker:
                     for msg in q.drop_pending({row.id}):
                         self.dead_letter(q, [msg], Outcome.EXPIRED)
                     continue
+                try:
+                    msg = BrokerMessage.from_row(row, 0)
+                except UnrenderableError as exc:  # nothing to dead-letter: it stays
+                    if row.id not in self._unreadable:
+                        self._unreadable.add(row.id)
+                        log.error("expiry of %s: %s; left in the store", row.container, exc)
+                    continue
                 q.tracked.add(row.id)
-                self.dead_letter(q, [BrokerMessage.from_row(row, 0)], Outcome.EXPIRED)
+                self.dead_letter(q, [msg], Outcome.EXPIRED)
             else:
                 removals.append(Removal(row.container, row.id, Outcome.EXPIRED))
         if removals:
@@ -516,6 +525,10 @@ class Broker:
             self._release(ids)
             if exc is not None:
                 log.error("removing expired topic messages failed: %s", exc)
+                return
+            for container in {r.container for r in removals}:
+                if (topic := self.topics.get(container)) is not None:
+                    topic.expired({r.id for r in removals if r.container == container})
 
         self.writer_submit(Op(removes=removals), done)
 

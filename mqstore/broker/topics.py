@@ -70,6 +70,8 @@ class Topic:
         self.enqueued += 1
         if msg.store_id is not None and self.broker.counts_in_usage(msg):
             self.stored.append((msg.store_id, msg.store_priority, msg.size))
+            if not self.durables:  # the last one was deleted while it was being stored
+                self.release_usage()
         cfg = self.broker.config
         for c in self.consumers:
             c.push(msg)
@@ -212,6 +214,17 @@ class Topic:
                 return
             self.stored.popleft()
             self.broker.usage.release(size)
+
+    def expired(self, ids: set[int]) -> None:
+        """The expiry sweep removed these stored messages: their bytes leave the store usage
+        (no subscriber's ack may ever pass them, e.g. while it is offline)."""
+        left: deque[tuple[int, int, int]] = deque()
+        for entry in self.stored:
+            if entry[0] in ids:
+                self.broker.usage.release(entry[2])
+            else:
+                left.append(entry)
+        self.stored = left
 
     def stats(self) -> dict[str, int]:
         return {

@@ -145,8 +145,11 @@ class StoreWriter:
                 if self._closing and not self._queue and not self._inline_running:
                     return None
                 self._cond.wait()
-            self._due = False
-            return self._pop_locked()
+            chunk = self._pop_locked()
+            # Lazy work left past max_batch lingered as long: it is still due (its timer
+            # has fired, and no other may come).
+            self._due = self._due and bool(self._queue)
+            return chunk
 
     def _pop_locked(self) -> list[Item]:
         chunk: list[Item] = []

@@ -165,3 +165,24 @@ def drain(port: int, destination: str) -> list[str]:
     bodies = [m.body for m in client.messages]
     conn.disconnect()
     return bodies
+
+
+class HeldCommit:
+    """Holds the next ``store.commit`` that ``when`` picks, once armed, until ``hold`` is set
+    (``held`` is set as it starts waiting): store work queued behind it piles up."""
+
+    def __init__(
+        self, store: Any, monkeypatch: Any, when: Callable[[Any], bool] = lambda _batch: True
+    ) -> None:
+        self.hold, self.held = threading.Event(), threading.Event()
+        self.armed = False
+        real = store.commit
+
+        def commit(batch: Any) -> list[int]:
+            if self.armed and when(batch):
+                self.armed = False
+                self.held.set()
+                self.hold.wait(10)
+            return list(real(batch))
+
+        monkeypatch.setattr(store, "commit", commit)

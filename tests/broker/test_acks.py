@@ -320,3 +320,55 @@ def test_a_stomp_10_unsubscribe_naming_the_destination_ends_a_subscription_with_
     assert len(col.messages) == 2
     cons.disconnect()
     other.disconnect()
+
+
+def test_acks_in_a_transaction_outlive_the_unsubscribe_that_follows_them(
+    broker: BrokerThread,
+) -> None:
+    """ACK in a transaction, UNSUBSCRIBE, COMMIT: the COMMIT consumes what was acked; only
+    the messages never acked go to the next consumer."""
+    _queued(broker, "/queue/tu", 3)
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/tu", id="s", ack="client-individual")
+    msgs = col.wait_messages(3)
+    cons.begin("t")
+    cons.ack(msgs[0].headers["ack"], transaction="t")
+    cons.ack(msgs[2].headers["ack"], transaction="t")
+    cons.unsubscribe(id="s", receipt="u")
+    cons.commit("t", receipt="c")
+    assert col.wait(lambda: "c" in col.receipts or bool(col.errors))
+    assert not col.errors, col.errors[0].headers
+    other, col2 = connect(broker.port)
+    other.subscribe("/queue/tu", id="s", ack="auto")
+    assert [m.body for m in col2.wait_messages(1)] == ["m1"]
+    assert wait_until(lambda: broker.store.count("queue://tu") == 0)
+    time.sleep(0.3)
+    assert len(col2.messages) == 1
+    assert broker.snapshot()["destinations"]["queue://tu"]["depth"] == 0
+    cons.disconnect()
+    other.disconnect()
+
+
+def test_acks_in_a_transaction_aborted_after_an_unsubscribe_come_back_once(
+    broker: BrokerThread,
+) -> None:
+    _queued(broker, "/queue/ta", 2)
+    cons, col = connect(broker.port)
+    cons.subscribe("/queue/ta", id="s", ack="client-individual")
+    msgs = col.wait_messages(2)
+    cons.begin("t")
+    cons.ack(msgs[0].headers["ack"], transaction="t")
+    cons.unsubscribe(id="s", receipt="u")
+    other, col2 = connect(broker.port)
+    other.subscribe("/queue/ta", id="s", ack="auto")
+    assert [m.body for m in col2.wait_messages(1)] == ["m1"]  # only the one never acked
+    cons.abort("t", receipt="a")
+    assert col.wait(lambda: "a" in col.receipts or bool(col.errors))
+    assert not col.errors, col.errors[0].headers
+    again = col2.wait_messages(2)
+    assert (again[1].body, again[1].headers["redelivered"]) == ("m0", "true")
+    assert wait_until(lambda: broker.store.count("queue://ta") == 0)
+    time.sleep(0.3)
+    assert len(col2.messages) == 2
+    cons.disconnect()
+    other.disconnect()

@@ -12,7 +12,7 @@ import stomp
 
 from mqstore.store import Cursor, Store, StoredMessage, SubscriptionKey
 from tests.broker.conftest import FAST
-from tests.broker.harness import BrokerThread, Collector, connect
+from tests.broker.harness import BrokerThread, Collector, connect, wait_until
 
 P = {"persistent": "true"}
 DUR = {"activemq.subscriptionName": "dur"}
@@ -120,3 +120,30 @@ def test_acking_one_priority_keeps_the_usage_of_unconsumed_other_priorities(
     _ack(c, col, high)
     assert prio_broker.snapshot()["store_usage"]["used"] >= stored * 5 // 6 - 50
     c.disconnect()
+
+
+def test_a_message_a_durable_subscriber_never_acks_goes_to_the_dlq_past_the_limit(
+    any_store: Store,
+) -> None:
+    policy = dataclasses.replace(FAST.redelivery, maximum_redeliveries=1)
+    bt = BrokerThread(any_store, dataclasses.replace(FAST, redelivery=policy)).start()
+    try:
+        _create_subscription(bt, "/topic/poison")
+        _publish(bt, "/topic/poison", ["poison", "fine"])
+        flags = []
+        for _ in range(2):  # delivered, then redelivered once: never acknowledged
+            c, col = connect(bt.port, client_id="cid")
+            _subscribe(c, "/topic/poison", 1)
+            flags.append(col.wait_messages(1)[0].headers["redelivered"])
+            assert col.messages[0].body == "poison"
+            c.disconnect()
+        assert flags == ["false", "true"]
+        c, col = connect(bt.port, client_id="cid")
+        _subscribe(c, "/topic/poison", 1)
+        assert [m.body for m in col.wait_messages(1)] == ["fine"]
+        _ack(c, col, col.messages[0])
+        c.disconnect()
+        assert wait_until(lambda: any_store.count("queue://ActiveMQ.DLQ") == 1)
+        assert any_store.pending_count(SubscriptionKey("topic://poison", "cid", "dur")) == 0
+    finally:
+        bt.close()

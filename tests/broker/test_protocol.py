@@ -353,3 +353,30 @@ def test_a_client_that_does_not_read_its_receipts_is_held_back(memory_store: Mem
         assert bt.call(queued()) < 2 * 1024 * 1024
     finally:
         bt.close()
+
+
+def test_a_content_length_of_thousands_of_digits_gets_an_error(memory_store: MemoryStore) -> None:
+    bt = BrokerThread(memory_store, BrokerConfig(heartbeat_ms=(0, 0))).start()  # 10 KiB lines
+    try:
+        raw = Raw(bt.port)
+        raw.connect()
+        raw.send(b"SEND\ndestination:/queue/a\ncontent-length:" + b"9" * 5000 + b"\n\nx\x00")
+        reply = raw.frame()
+        assert reply.startswith(b"ERROR") and b"larger than the limit" in reply, reply
+        assert raw.closed()
+    finally:
+        bt.close()
+
+
+@pytest.mark.parametrize("persistent", ["true", "false"])
+def test_an_expires_beyond_a_java_long_gets_an_error(
+    raw_broker: BrokerThread, persistent: str
+) -> None:
+    raw = Raw(raw_broker.port)
+    raw.connect()
+    raw.send(
+        f"SEND\ndestination:/queue/a\npersistent:{persistent}\nexpires:{1 << 63}\n\nx\x00".encode()
+    )
+    reply = raw.frame()
+    assert reply.startswith(b"ERROR") and b"expires" in reply, reply
+    assert raw.closed()
