@@ -12,6 +12,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
+from mqstore.broker.closing import close_after_output
 from mqstore.broker.frames import Frame, FrameError, FrameParser, encode_frame
 from mqstore.broker.handlers import Handlers, for_client
 from mqstore.broker.subscriptions import Consumer, Delivery
@@ -212,12 +213,7 @@ class Connection(Handlers):
                     await writer_task
             except (TimeoutError, Exception):
                 writer_task.cancel()
-            try:
-                self.writer.close()
-                async with asyncio.timeout(1.0):
-                    await self.writer.wait_closed()
-            except (TimeoutError, Exception):
-                pass
+            await close_after_output(self.reader, self.writer)
 
     async def _read_loop(self) -> None:
         cfg = self.broker.config

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqstore.broker.closing import close_after_output
 from mqstore.broker.config import BrokerConfig
 from mqstore.broker.dlq_audit import DeadLetterAudit
 from mqstore.broker.durable import DurableSub
@@ -186,8 +187,7 @@ class Broker:
                 await writer.drain()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
-        finally:
-            writer.close()
+        await close_after_output(reader, writer)
 
     async def _every(self, seconds: float, job: Any) -> None:
         """Run ``job`` every ``seconds``. While it keeps failing with the same kind of mqstore

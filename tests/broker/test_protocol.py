@@ -92,6 +92,34 @@ def test_malformed_frames_get_error(raw_broker: BrokerThread, data: bytes, fragm
     assert raw.closed()
 
 
+def test_an_error_reaches_a_client_still_sending_and_reading_late(mem_broker: BrokerThread) -> None:
+    """A client pipelining SENDs behind a bad frame, with messages on their way to it, gets
+    every byte the broker wrote, the ERROR last, then end-of-file: not a reset that drops
+    the output the broker's kernel had not sent yet."""
+    producer, col = connect(mem_broker.port)
+    for n in range(300):  # 3 MB waiting for the client below
+        producer.send("/queue/big", "y" * 10_000, receipt=f"r{n}")
+    assert col.wait(lambda: len(col.receipts) == 300, 30)
+    producer.disconnect()
+    raw = Raw(mem_broker.port)
+    assert raw.connect().startswith(b"CONNECTED")
+    raw.send(b"SUBSCRIBE\nid:1\ndestination:/queue/big\nack:client\n\n\x00")
+    assert raw.frame().startswith(b"MESSAGE\n")  # the rest fill the sockets' buffers
+    send = b"SEND\ndestination:/queue/other\n\n" + b"x" * 1000 + b"\x00"
+    pump = threading.Thread(target=raw.sock.sendall, args=(b"BOGUS\n\n\x00" + send * 3000,))
+    pump.start()  # blocks until the broker reads again: it has stopped at BOGUS
+    time.sleep(1.0)  # the bad frame is read while the client does not read
+    got = raw.buf
+    raw.sock.settimeout(10)
+    while chunk := raw.sock.recv(1 << 20):  # a reset raises ConnectionResetError
+        got += chunk
+    pump.join(10)
+    frames = [f.lstrip(b"\n") for f in got.split(b"\x00")]
+    assert frames.pop().strip() == b""  # every frame whole
+    assert frames[0].startswith(b"MESSAGE\n") and len(frames) > 100
+    assert frames[-1].startswith(b"ERROR\n") and b"unknown STOMP command" in frames[-1]
+
+
 def test_frame_before_connect_is_refused(raw_broker: BrokerThread) -> None:
     raw = Raw(raw_broker.port)
     raw.send(b"SEND\ndestination:/queue/a\n\nx\x00")
