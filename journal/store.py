@@ -75,7 +75,14 @@ from mqstore.store.model import (
     Xid,
 )
 from mqstore.store.postgres import PostgresStore
-from mqstore.store.validation import check_container, check_messages, check_subscription
+from mqstore.store.validation import (
+    check_acks,
+    check_batch,
+    check_body,
+    check_container,
+    check_messages,
+    check_subscription,
+)
 
 __all__ = [
     "JournalBehindDatabaseError",
@@ -528,6 +535,7 @@ class JournaledStore(MergedReads):
         check_messages(adds, self.pg.max_message_bytes)
         for removal in removes:
             check_container(removal.container)
+        check_acks(acks)
         if adds:
             self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds), wait)
         with self._writing(wait):
@@ -607,6 +615,8 @@ class JournaledStore(MergedReads):
             return None
 
     def update(self, container: str, message_id: int, msg: bytes) -> None:
+        check_container(container)
+        check_body(msg, self.pg.max_message_bytes)
         with self._writing():
             with self._lock:
                 state = self._state
@@ -689,7 +699,7 @@ class JournaledStore(MergedReads):
             return fn()
 
     def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
-        check_messages(batch.adds, self.pg.max_message_bytes)
+        check_batch(batch, self.pg.max_message_bytes)
 
         def prepare() -> list[int]:
             ids = self.pg.xa_prepare(xid, batch)

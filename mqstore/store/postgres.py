@@ -51,7 +51,7 @@ from mqstore.store.model import (
     Xid,
 )
 from mqstore.store.topics import TopicOperations
-from mqstore.store.validation import check_container, check_messages
+from mqstore.store.validation import check_acks, check_batch, check_body, check_container
 from mqstore.store.xa import XaOperations
 
 log = logging.getLogger(__name__)
@@ -410,9 +410,7 @@ class PostgresStore:
         return count
 
     def commit(self, batch: Batch) -> list[int]:
-        check_messages(batch.adds, self.max_message_bytes)
-        for removal in batch.removes:
-            check_container(removal.container)
+        check_batch(batch, self.max_message_bytes)
         with self.reserve_ids(len(batch.adds)) as ids:
             removed = self._write_batch(batch, ids)
         self._counters["added"] += len(ids)
@@ -528,6 +526,8 @@ class PostgresStore:
         return StoredMessage.from_row(row) if row else None
 
     def update(self, container: str, message_id: int, msg: bytes) -> None:
+        check_container(container)
+        check_body(msg, self.max_message_bytes)
         c = self.schema.msgs.c
         with self.transaction() as conn:
             result = conn.execute(
@@ -585,6 +585,7 @@ class PostgresStore:
         self.topics.delete(key)
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
+        check_acks(acks)
         self._write_batch(Batch(acks=list(acks)), [])
         self._counters["acked"] += len(acks)
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from mqstore.errors import DuplicateMessageError, InvalidMessageError
 from mqstore.schema import NAME_LENGTH
-from mqstore.store.model import CONTAINER_PREFIXES, NewMessage, SubscriptionKey
+from mqstore.store.model import CONTAINER_PREFIXES, Ack, Batch, NewMessage, SubscriptionKey
 
 #: The range of a Java ``long``, and of ActiveMQ's BIGINT columns.
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -88,16 +88,43 @@ def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> None:
                 f"producer id must be 1..{NAME_LENGTH} characters, got {len(m.msgid_prod or '')}"
             )
         check_text("producer id", m.msgid_prod)
-        if not isinstance(m.msg, (bytes, bytearray, memoryview)):
-            raise InvalidMessageError("message body must be bytes (an OpenWire frame)")
-        if len(m.msg) > max_bytes:
-            raise InvalidMessageError(
-                f"message of {len(m.msg)} bytes exceeds the limit of {max_bytes} bytes "
-                "(max_message_bytes)"
-            )
+        check_body(m.msg, max_bytes)
         key = (m.container, m.msgid_prod, m.msgid_seq)
         if key in seen:
             raise DuplicateMessageError(
                 f"message {m.msgid_prod}:{m.msgid_seq} appears twice for {m.container}"
             )
         seen.add(key)
+
+
+def check_body(msg: object, max_bytes: int) -> None:
+    """A message body (an OpenWire frame) of at most ``max_bytes``."""
+    if not isinstance(msg, (bytes, bytearray, memoryview)):
+        raise InvalidMessageError("message body must be bytes (an OpenWire frame)")
+    if len(msg) > max_bytes:
+        raise InvalidMessageError(
+            f"message of {len(msg)} bytes exceeds the limit of {max_bytes} bytes "
+            "(max_message_bytes)"
+        )
+
+
+def check_acks(acks: Sequence[Ack]) -> None:
+    """Durable acks that name a row ActiveMQ could hold: an ack at a priority outside 0..9
+    would match no ACKS row, and be lost without a word."""
+    for ack in acks:
+        where = f"({ack.key.container}, {ack.key.client_id}/{ack.key.sub_name})"
+        if not isinstance(ack.priority, int) or not 0 <= ack.priority <= 9:
+            raise InvalidMessageError(f"ack priority {ack.priority!r} is outside 0..9 {where}")
+        if not isinstance(ack.message_id, int) or not LONG_MIN <= ack.message_id <= LONG_MAX:
+            raise InvalidMessageError(
+                f"acked message id {ack.message_id!r} is not an integer that fits a Java long "
+                f"(ActiveMQ's LAST_ACKED_ID column) {where}"
+            )
+
+
+def check_batch(batch: Batch, max_bytes: int) -> None:
+    """Validate everything a batch writes; raises before anything is written."""
+    check_messages(batch.adds, max_bytes)
+    for removal in batch.removes:
+        check_container(removal.container)
+    check_acks(batch.acks)

@@ -28,7 +28,7 @@ from mqstore.store.model import (
     SubscriptionKey,
     Xid,
 )
-from mqstore.store.validation import check_messages
+from mqstore.store.validation import check_batch
 
 if TYPE_CHECKING:
     from mqstore.store.postgres import PostgresStore
@@ -43,7 +43,7 @@ class XaOperations:
     def prepare(self, xid: Xid, batch: Batch) -> list[int]:
         """Write the work invisibly; returns the (temporary) IDs of its adds."""
         store = self.store
-        check_messages(batch.adds, store.max_message_bytes)
+        check_batch(batch, store.max_message_bytes)
         if len(xid.encode("-")) > NAME_LENGTH:
             raise TransactionError(
                 f"XA transaction id of {len(xid.gtrid)} + {len(xid.bqual)} bytes is too long "

@@ -127,6 +127,34 @@ def test_duplicates_and_invalid_input(subject: Callable[..., Subject]) -> None:
     assert s.store.count(Q) == 1
 
 
+def test_updates_and_acks_the_columns_cannot_hold_are_refused_and_change_nothing(
+    subject: Callable[..., Subject],
+) -> None:
+    s = subject(prioritized=True, max_message_bytes=1000)
+    [mid] = s.store.add([msg(Q, 1)])
+    key = SubscriptionKey(T, "client", "sub")
+    s.store.add_subscription(key)
+    [tid] = s.store.add([msg(T, 1, priority=9)])
+    body = s.store.get(mid)
+    with pytest.raises(InvalidMessageError, match="exceeds the limit of 1000 bytes"):
+        s.store.update(Q, mid, b"x" * 1001)
+    with pytest.raises(InvalidMessageError, match="must start with"):
+        s.store.update("orders", mid, b"x")
+    # An ack at priority 10 matched no ACKS row: it was taken, and nothing was acked.
+    for ack, match in ((Ack(key, tid, 10), r"outside 0\.\.9"), (Ack(key, 2**63, 9), "Java long")):
+        with pytest.raises(InvalidMessageError, match=match):
+            s.store.acknowledge([ack])
+        with pytest.raises(InvalidMessageError, match=match):
+            s.store.commit(Batch(adds=[msg(Q, 2)], acks=[ack]))
+        with pytest.raises(InvalidMessageError, match=match):
+            s.store.xa_prepare(Xid(1, b"g", b"b"), Batch(acks=[ack]))
+    s.settle()
+    assert s.store.get(mid) == body and s.store.count(Q) == 1
+    assert s.store.pending_count(key) == 1 and s.store.xa_recover() == []
+    s.store.acknowledge([Ack(key, tid, 9)])
+    assert s.store.pending_count(key) == 0
+
+
 def test_batch_commit_adds_removes_acks_atomically(subject: Callable[..., Subject]) -> None:
     s = subject()
     key = SubscriptionKey(T, "client", "sub")
