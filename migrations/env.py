@@ -109,7 +109,12 @@ def _run(connection: Connection, *, from_cli: bool) -> None:
                 sys.exit(str(exc))
         upgrading = from_cli and _alembic_command() == "upgrade"
         beside = prefixes_beside(connection, _prefix()) if upgrading else []
-        context.run_migrations()
+        try:
+            context.run_migrations()
+        except SchemaError as exc:  # a migration's refusal: one line, nothing changed
+            if not from_cli:
+                raise
+            sys.exit(str(exc))
         _note_new_prefix(connection, _prefix(), beside)
 
 

@@ -33,5 +33,30 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Drop STOPPED_AT."""
-    op.drop_column(_name("MQSTORE_JOURNAL"), "stopped_at")
+    """Drop STOPPED_AT; refused while a journal has no clean stop on record (see
+    :func:`_refuse_journals_left_running`)."""
+    journal = _name("MQSTORE_JOURNAL")
+    if not context.is_offline_mode():
+        _refuse_journals_left_running(journal)
+    op.drop_column(journal, "stopped_at")
+
+
+def _refuse_journals_left_running(journal: str) -> None:
+    """An upgrade counts every journal as stopped: going down and up again would hide one
+    whose broker runs, or died with writes acknowledged past its last checkpoint, from a
+    broker that starts on another journal (which warns of it, and refuses to start)."""
+    from mqstore.errors import SchemaError
+
+    running = op.get_bind().execute(
+        sa.text(f"SELECT journal_id FROM {journal} WHERE stopped_at IS NULL ORDER BY 1")
+    )
+    ids = [str(journal_id) for (journal_id,) in running]
+    if ids:
+        raise SchemaError(
+            f"journal {', '.join(ids)} has no clean stop on record in {journal} (its broker "
+            "runs, or died before it checkpointed everything): below revision 0003 that is "
+            "forgotten. Stop its broker, or start a died one again on its journal directory "
+            "and stop it; for a journal that is gone for good, accept the loss of its "
+            "uncheckpointed writes with `mqstore journal forget ID --yes`. Then downgrade "
+            "again; nothing was changed"
+        )

@@ -122,3 +122,40 @@ def test_alembic_cli_downgrade_of_a_prefix_with_no_schema_creates_nothing(
     assert result.returncode != 0
     assert "nothing to downgrade" in result.stderr.strip().splitlines()[-1]
     assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+
+
+@pytest.fixture
+def journal_left_running(engine: Engine) -> None:
+    """A journal whose broker died (no STOPPED_AT) beside one stopped cleanly."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO mqstore_journal (journal_id, segment, position, broker_name, "
+                "updated_at, stopped_at) VALUES ('j-died', 3, 128, 'b1', 1, NULL), "
+                "('j-stopped', 1, 0, 'b2', 1, 2)"
+            )
+        )
+
+
+def test_downgrade_below_0003_refuses_while_a_journal_has_no_clean_stop(
+    dsn: str, engine: Engine, journal_left_running: None
+) -> None:
+    """Going down and up again would count the died journal as stopped: a broker starting
+    on another journal would no longer refuse to, and its uncheckpointed writes be lost."""
+    with pytest.raises(SchemaError, match=r"journal j-died has no clean stop .* --yes`"):
+        migrate.downgrade(engine, revision="0002")
+    refused = alembic("-x", f"dsn={dsn}", "downgrade", "base")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "journal j-died has no clean stop" in refused.stderr.strip().splitlines()[-1]
+    assert set(sa.inspect(engine).get_table_names()) == ALL_TABLES
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn) == migrate.head_revision()
+
+    forget = [sys.executable, "-m", "mqstore", "journal", "forget", "j-died", "--yes"]
+    done = subprocess.run(
+        [*forget, "--dsn", dsn], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    migrate.downgrade(engine, revision="0002")
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn) == "0002"
