@@ -222,10 +222,10 @@ class DurableSub:
                     full = True  # this row and the rest wait in the store for a later page
                     break
                 self.cursor = row.cursor
-                try:
-                    msg = BrokerMessage.from_row(row, 0)
-                except UnrenderableError as exc:  # nothing to deliver, nor to dead-letter
-                    log.error("%s: %s; skipped by this subscription", self.key, exc)
+                key = self.key
+                where = f"durable subscription {key.client_id}/{key.sub_name} of {key.container}"
+                msg = broker.read_row(row, 0, where)
+                if msg is None:
                     continue
                 counter = self.delivered.get(row.id, 0)
                 if counter > msg.ow.redelivery_counter:

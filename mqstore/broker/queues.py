@@ -261,10 +261,8 @@ class Queue:
                     full = True  # this row and the rest wait in the store for a later page
                     break
                 self.cursor = row.cursor
-                try:
-                    msg = BrokerMessage.from_row(row, self.broker.next_seq())
-                except UnrenderableError as exc:  # nothing to deliver, nor to dead-letter
-                    log.error("%s: %s; left in the store, not delivered", self.container, exc)
+                msg = self.broker.read_row(row, self.broker.next_seq(), self.container)
+                if msg is None:
                     continue
                 self.tracked.add(row.id)
                 self._push(msg)
@@ -297,7 +295,7 @@ class Queue:
                     await self.broker.wait_room(consumer)
                     try:
                         consumer.deliver(BrokerMessage.from_row(row, 0))
-                    except UnrenderableError as exc:
+                    except UnrenderableError as exc:  # a row or a body that does not decode
                         log.error("browsing %s: %s; skipped", self.container, exc)
                 if len(rows) < BROWSE_ROWS and sum(len(row.msg) for row in rows) < BROWSE_BYTES:
                     break

@@ -35,7 +35,7 @@ from mqstore.broker.subscriptions import Consumer, Dispatcher
 from mqstore.broker.topics import Topic
 from mqstore.broker.writer import Done, Op, StoreWriter
 from mqstore.errors import DuplicateMessageError, MqstoreError, StoreError
-from mqstore.store.model import Outcome, Removal, SubscriptionKey
+from mqstore.store.model import Outcome, Removal, StoredMessage, SubscriptionKey
 from mqstore.store.port import Store
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class Broker:
         self._idle_since: dict[str, float] = {}  # destination -> when first seen idle
         #: store IDs removed while an expiry sweep reads the store (None: no sweep reading)
         self._swept: set[int] | None = None
-        #: expired store IDs whose MSG does not decode (reported once, left in the store)
+        #: store IDs whose MSG does not decode (reported once, left in the store)
         self._unreadable: set[int] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -502,19 +502,26 @@ class Broker:
                     for msg in q.drop_pending({row.id}):
                         self.dead_letter(q, [msg], Outcome.EXPIRED)
                     continue
-                try:
-                    msg = BrokerMessage.from_row(row, 0)
-                except UnrenderableError as exc:  # nothing to dead-letter: it stays
-                    if row.id not in self._unreadable:
-                        self._unreadable.add(row.id)
-                        log.error("expiry of %s: %s; left in the store", row.container, exc)
+                gone = self.read_row(row, 0, f"expiry of {row.container}")
+                if gone is None:  # nothing to dead-letter: it stays
                     continue
                 q.tracked.add(row.id)
-                self.dead_letter(q, [msg], Outcome.EXPIRED)
+                self.dead_letter(q, [gone], Outcome.EXPIRED)
             else:
                 removals.append(Removal(row.container, row.id, Outcome.EXPIRED))
         if removals:
             self._remove_expired(removals)
+
+    def read_row(self, row: StoredMessage, seq: int, where: str) -> BrokerMessage | None:
+        """The message a stored row holds, or None when its MSG does not decode: the row
+        stays in the store, nothing can deliver or dead-letter it (logged once per row)."""
+        try:
+            return BrokerMessage.from_row(row, seq)
+        except UnrenderableError as exc:
+            if row.id not in self._unreadable:
+                self._unreadable.add(row.id)
+                log.error("%s: %s; left in the store, not delivered", where, exc)
+            return None
 
     def _remove_expired(self, removals: list[Removal]) -> None:
         """Remove expired durable topic messages (tracked so the next sweep skips them)."""
