@@ -99,7 +99,9 @@ class Settings(BaseSettings):
         default=8, gt=0, description="a topic's producers wait while a subscriber holds more"
     )
     topic_pending_limit: int = Field(
-        default=0, ge=0, description=">0: never wait; drop a slow subscriber's oldest past it"
+        default=0,
+        ge=0,
+        description=">0: never wait for non-durable subscribers; drop a slow one's oldest past it",
     )
     queue_high_water_mb: int = Field(
         default=64,

@@ -67,11 +67,12 @@ class BrokerConfig:
 
     Topic flow control: a producer to a topic waits while a non-durable subscriber of it
     holds more than ``topic_high_water`` bytes (messages waiting for it plus its
-    connection's unwritten frames), until every one holds less than ``topic_low_water``.
-    ``topic_pending_limit`` > 0 opts out of that: producers never wait for subscribers,
-    and a subscriber's oldest messages are dropped past that many (or past the high-water
-    mark). ``max_pending_frames`` / ``max_pending_bytes`` bound a connection's unwritten
-    MESSAGE frames.
+    connection's unwritten frames), or a durable one that many bytes of non-persistent
+    messages, until every one holds less than ``topic_low_water``. ``topic_pending_limit``
+    > 0 opts out of that for non-durable subscribers: producers never wait for them, and
+    their oldest messages are dropped past that many (or past the high-water mark).
+    Durable subscribers lose nothing (as in ActiveMQ). ``max_pending_frames`` /
+    ``max_pending_bytes`` bound a connection's unwritten MESSAGE frames.
 
     Queue flow control: only memory holds a queue's non-persistent messages, from their SEND
     until a consumer acknowledges them (waiting, in flight or being dead-lettered). While

@@ -235,6 +235,33 @@ def test_opt_in_pending_limit_drops_oldest_and_says_so(
         bt.close()
 
 
+def test_pending_limit_drops_nothing_of_a_durable_subscriber_its_producers_wait(
+    memory_store: MemoryStore,
+) -> None:
+    """The pending limit is for non-durable subscribers (as ActiveMQ's): a durable one's
+    non-persistent messages are never dropped, so producers wait for it instead."""
+    bt = BrokerThread(memory_store, dataclasses.replace(FAST, topic_pending_limit=100)).start()
+    try:
+        reader = StalledReader(bt.port)
+        assert reader.connect("heart-beat:0,0\nclient-id:slow\n").startswith(b"CONNECTED")
+        reader.send(
+            b"SUBSCRIBE\ndestination:/topic/kept\nid:1\nack:auto\n"
+            b"activemq.subscriptionName:d\nreceipt:s\n\n\x00"
+        )
+        assert reader.frame().startswith(b"RECEIPT")
+        count = 4000  # 16 MiB
+        producer = Producer(bt.port, "/topic/kept", count, 4096)
+        producer.start()
+        assert wait_until(lambda: _topic(bt, "kept")["blocked_producers"] == 1, 30)
+        assert _topic(bt, "kept")["dropped"] == 0
+        assert reader.numbers(until=count - 1) == list(range(count))
+        producer.join(60)
+        assert producer.error is None and producer.receipt is not None
+        assert _topic(bt, "kept")["dropped"] == 0
+    finally:
+        bt.close()
+
+
 def test_stalled_queue_consumer_holds_bounded_outbound_bytes(bt: BrokerThread) -> None:
     prod, pcol = connect(bt.port)
     for i in range(64):
