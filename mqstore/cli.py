@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqstore import migrate
-from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
+from mqstore.db import STATEMENT_ADVICE, sqlstate
 from mqstore.errors import ConfigError, MqstoreError, SchemaError
 from mqstore.migration_guards import BROKER_PRIVILEGES
 from mqstore.settings import Settings, load_settings
@@ -32,13 +32,7 @@ _DATABASE_ADVICE = {
     "42501": "the DSN's role lacks rights on the tables: as their owner run GRANT "
     f"{', '.join(BROKER_PRIVILEGES)} ON ALL TABLES IN SCHEMA <schema> TO <role>, or use "
     "a DSN whose role has them",
-    "25006": "the database is read-only (a hot standby, or default_transaction_read_only): "
-    "point the DSN at the primary",
-    "57014": "the statement was cancelled, by the role's statement_timeout or an "
-    "administrator: run it again, with a longer one if need be "
-    "(options=-cstatement_timeout=0 in the DSN)",
-    LOCK_NOT_AVAILABLE: "another session holds a lock on a table it needs (a broker or a "
-    "migration): run it again when that is done, or with a longer lock_timeout",
+    **STATEMENT_ADVICE,
 }
 #: What to do when the session ended while a command ran (its committed work stays).
 _CONNECTION_LOST = (

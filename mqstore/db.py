@@ -117,6 +117,18 @@ def sqlstate(exc: DBAPIError) -> str:
     return str(getattr(exc.orig, "sqlstate", None) or "")
 
 
+#: Refusals of one statement, not of the connection (it stays usable), by SQLSTATE: what
+#: to do. Store reads report them as an unavailable database, in these words.
+STATEMENT_ADVICE = {
+    "25006": "the database is read-only (a hot standby, or default_transaction_read_only): "
+    "point the DSN at the primary",
+    "57014": "the statement was cancelled, by the role's statement_timeout or an "
+    "administrator: run it again, with a longer one if need be "
+    "(options=-cstatement_timeout=0 in the DSN)",
+    LOCK_NOT_AVAILABLE: "another session holds a lock on a table it needs (a broker or a "
+    "migration): run it again when that is done, or with a longer lock_timeout",
+}
+
 #: How libpq and the server word the end of an established connection.
 _LOST = (
     "server closed the connection",
@@ -129,9 +141,12 @@ _LOST = (
 
 
 def describe_connect_error(exc: BaseException, url: URL) -> str:
-    """Turn a driver's connection failure into one line that says what to fix."""
+    """Turn a driver's connection failure, or a statement's refusal that is no fault of
+    the connection (:data:`STATEMENT_ADVICE`), into one line that says what to fix."""
     raw = str(getattr(exc, "orig", exc) or exc).strip().splitlines()
     detail = raw[0] if raw else type(exc).__name__
+    if isinstance(exc, DBAPIError) and (advice := STATEMENT_ADVICE.get(sqlstate(exc))):
+        return f"{detail}: {advice}"
     where = f"{url.host or 'local socket'}:{url.port or 5432}"
     if "does not exist" in detail and "database" in detail:
         return (

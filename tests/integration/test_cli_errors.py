@@ -245,15 +245,27 @@ def test_a_read_only_database_is_named(dsn: str, args: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("setting", "words"),
-    [("statement_timeout=300", "statement_timeout"), ("lock_timeout=300", "holds a lock")],
+    "args",
+    [["db", "status"], ["stats"], ["browse", "orders"], ["lock", "status"]],
+    ids=" ".join,
 )
-def test_a_timeout_of_the_role_is_named(dsn: str, engine: Engine, setting: str, words: str) -> None:
-    with engine.connect() as holder:  # a session in the middle of using MSGS
-        holder.execute(sa.text("LOCK TABLE activemq_msgs IN ACCESS EXCLUSIVE MODE"))
-        result = mqstore("db", "status", "--dsn", _with_options(dsn, f"-c{setting}"))
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ("statement_timeout=300", "statement timeout: the statement was cancelled"),
+        ("lock_timeout=300", "lock timeout: another session holds a lock"),
+    ],
+    ids=["statement_timeout", "lock_timeout"],
+)
+def test_a_timeout_of_the_role_is_named(
+    dsn: str, engine: Engine, args: list[str], setting: str, words: str
+) -> None:
+    with engine.connect() as holder:  # a session in the middle of using the tables
+        holder.execute(sa.text("LOCK TABLE activemq_msgs, activemq_lock IN ACCESS EXCLUSIVE MODE"))
+        result = mqstore(*args, "--dsn", _with_options(dsn, f"-c{setting}"))
         holder.rollback()
     _one_line_error(result, words)
+    assert "cannot connect" not in result.stderr
 
 
 def test_a_connection_ended_mid_command_is_named(dsn: str, engine: Engine) -> None:
