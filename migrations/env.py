@@ -8,6 +8,8 @@ holds the lock row or the master lease; ``-x force=true`` goes ahead under a sta
 (never under a held row lock). Each prefix has its own version table
 (``<prefix>mqstore_version``), so several brokers' tables can live in one schema; an
 ``alembic upgrade`` that makes a prefix's first tables beside another's says so on stderr.
+PostgreSQL's refusals a user can fix (no rights, a read-only database) end a run with the one
+line ``mqstore db upgrade`` prints for them.
 """
 
 from __future__ import annotations
@@ -118,6 +120,16 @@ def _run(connection: Connection, *, from_cli: bool) -> None:
         _note_new_prefix(connection, _prefix(), beside)
 
 
+def _exit_if_refused(exc: DBAPIError) -> None:
+    """Exit with one line when ``exc`` is PostgreSQL's refusal a user can fix (the
+    migration's transaction was rolled back, so nothing changed)."""
+    from mqstore.migration_guards import describe_refusal
+
+    message = describe_refusal(exc, f"alembic {_alembic_command()}")
+    if message is not None:
+        sys.exit(message)
+
+
 def run_migrations_online() -> None:
     """Migrate on the caller's connection, or on a fresh engine from the DSN."""
     shared = config.attributes.get("connection")
@@ -132,7 +144,11 @@ def run_migrations_online() -> None:
 
         sys.exit(describe_connect_error(exc, engine.url))
     with connection:
-        _run(connection, from_cli=True)
+        try:
+            _run(connection, from_cli=True)
+        except DBAPIError as exc:  # no rights, a standby, ...: one line, as mqstore's CLI says
+            _exit_if_refused(exc)
+            raise
     engine.dispose()
 
 

@@ -331,7 +331,8 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
     Verifies every column, moves the ACKS primary key to (CONTAINER, CLIENT_ID, SUB_NAME,
     PRIORITY) under a prefixed name, adds any missing ActiveMQ index and mqstore's indexes,
     ensures the lock row, and stamps the baseline revision, then upgrades to head. All in one
-    transaction: on any refusal nothing changes.
+    transaction: on any refusal nothing changes. Refuses while a live broker holds the lock
+    row (its tables would change under it), and keeps the row locked so none starts meanwhile.
     """
     schema = build_schema(prefix)
     report = AdoptReport()
@@ -352,6 +353,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
                 "database run `mqstore db upgrade`, or pass the broker's --table-prefix, or "
                 "the schema ActiveMQ uses (options=-csearch_path=...)"
             )
+        refuse_row_locked(conn, prefix)
         _refuse_acks_lost_to_another_prefix(conn, schema, tables)
         problems = _verify_activemq_tables(conn, prefix)
         if problems:

@@ -115,18 +115,24 @@ _DATABASE_FIXES = {
 }
 
 
+def describe_refusal(exc: sa.exc.DBAPIError, command: str) -> str | None:
+    """One line for PostgreSQL's refusal of ``command`` (as the user typed it) when a user
+    can fix it (rights, search_path, a standby), else None; its transaction was rolled back."""
+    fix = _DATABASE_FIXES.get(sqlstate(exc))
+    if fix is None:
+        return None
+    first = str(exc.orig).splitlines()[0]
+    return f"`{command}` was refused by the database ({first}), nothing was changed: {fix}"
+
+
 @contextmanager
 def database_errors(command_name: str) -> Iterator[None]:
-    """PostgreSQL's refusals a user can fix (rights, search_path, a standby) as one-line
-    :class:`SchemaError`; the transaction was rolled back, so nothing changed."""
+    """PostgreSQL's refusals a user can fix as one-line :class:`SchemaError`
+    (:func:`describe_refusal`)."""
     try:
         yield
     except sa.exc.DBAPIError as exc:
-        fix = _DATABASE_FIXES.get(sqlstate(exc))
-        if fix is None:
+        message = describe_refusal(exc, f"mqstore db {command_name}")
+        if message is None:
             raise
-        first = str(exc.orig).splitlines()[0]
-        raise SchemaError(
-            f"`mqstore db {command_name}` was refused by the database ({first}), "
-            f"nothing was changed: {fix}"
-        ) from None
+        raise SchemaError(message) from None

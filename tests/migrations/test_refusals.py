@@ -16,7 +16,9 @@ from sqlalchemy.engine import Engine, make_url
 from mqstore import migrate
 from mqstore.db import create_engine, libpq_dsn
 from mqstore.errors import ConfigError, SchemaError
+from mqstore.migration_guards import BROKER_PRIVILEGES
 from tests.conftest import Databases, count_rows, load_activemq_fixture
+from tests.integration.test_cli import mqstore
 from tests.migrations.alembic_cli import alembic
 
 _roles = itertools.count()
@@ -145,6 +147,47 @@ def test_alembic_cli_on_a_database_it_cannot_reach_says_so_in_one_line(
     assert words in result.stderr.strip().splitlines()[-1]
 
 
+def _migration_state(engine: Engine) -> tuple[set[str], str | None]:
+    with engine.connect() as conn:
+        return _tables(engine), migrate.current_revision(conn)
+
+
+@pytest.mark.parametrize("command", ["upgrade", "downgrade"])
+@pytest.mark.parametrize(
+    ("refusal", "words"),
+    [("no-rights", "run it as the owner of the tables"), ("read-only", "DSN at the primary")],
+    ids=["no-rights", "read-only"],
+)
+def test_alembic_cli_refused_by_the_database_says_so_in_one_line(
+    request: pytest.FixtureRequest,
+    empty_dsn: str,
+    empty_engine: Engine,
+    command: str,
+    refusal: str,
+    words: str,
+) -> None:
+    """As `mqstore db upgrade` does: a role without CREATE (or a broker's role, which may
+    use the tables but not drop them), or a read-only database."""
+    if command == "downgrade":
+        migrate.upgrade(empty_engine)
+    options = "-cdefault_transaction_read_only=on"
+    if refusal == "no-rights":
+        role = request.getfixturevalue("role")
+        with empty_engine.begin() as conn:
+            privileges = ", ".join(BROKER_PRIVILEGES)
+            conn.execute(sa.text(f'GRANT {privileges} ON ALL TABLES IN SCHEMA public TO "{role}"'))
+        options = f"-crole={role}"
+    before = _migration_state(empty_engine)
+    url = make_url(empty_dsn).update_query_dict({"options": options})
+    target = "head" if command == "upgrade" else "base"
+    result = alembic("-x", f"dsn={url.render_as_string(hide_password=False)}", command, target)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"`alembic {command}` was refused by the database" in last and words in last, last
+    assert _migration_state(empty_engine) == before
+
+
 def test_upgrade_refuses_an_unusable_prefix(empty_engine: Engine) -> None:
     with pytest.raises(ConfigError, match="at most 31 characters"):
         migrate.upgrade(empty_engine, prefix="B" * 50 + "_")
@@ -248,6 +291,25 @@ def test_adopt_of_a_prefix_whose_acks_activemq_could_not_create_says_how(
         )
     migrate.adopt(empty_engine, "BRK2_")
     assert migrate.check(empty_engine, "BRK2_") == []
+
+
+def test_adopt_refuses_while_a_broker_holds_the_row_lock(
+    empty_dsn: str, activemq_engine: Engine
+) -> None:
+    """Adopt rewrites ACKS's key and indexes MSGS: not under a live ActiveMQ master."""
+    with activemq_engine.connect() as holder:  # ActiveMQ's database locker, as a master holds it
+        holder.execute(sa.text("SELECT * FROM activemq_lock WHERE id = 1 FOR UPDATE"))
+        result = mqstore("db", "adopt", "--dsn", empty_dsn)
+        holder.rollback()
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "activemq_lock is locked by a running broker" in result.stderr
+    assert "nothing was changed: stop that broker first" in result.stderr
+    assert _tables(activemq_engine) == {"activemq_msgs", "activemq_acks", "activemq_lock"}
+    with activemq_engine.connect() as conn:
+        assert sa.inspect(conn).get_pk_constraint("activemq_acks")["name"] == "pk_activemq_acks"
+        indexes = sa.inspect(conn).get_indexes("activemq_msgs")
+    assert "activemq_msgs_uidx" not in {index["name"] for index in indexes}
 
 
 def test_adopt_names_the_schema_it_looked_in(empty_dsn: str, empty_engine: Engine) -> None:
