@@ -332,7 +332,8 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
     PRIORITY) under a prefixed name, adds any missing ActiveMQ index and mqstore's indexes,
     ensures the lock row, and stamps the baseline revision, then upgrades to head. All in one
     transaction: on any refusal nothing changes. Refuses while a live broker holds the lock
-    row (its tables would change under it), and keeps the row locked so none starts meanwhile.
+    row or its lease (its tables would change under it), and keeps the row locked so none
+    starts meanwhile.
     """
     schema = build_schema(prefix)
     report = AdoptReport()
@@ -361,6 +362,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
                 "these tables are not ActiveMQ 5.x JDBC store tables, nothing was changed: "
                 + "; ".join(problems)
             )
+        refuse_live_lease(conn, prefix, override=None)  # an ActiveMQ lease-locker master
         _fix_acks_key(conn, schema, report)
         _ensure_indexes(conn, schema, report)
         lock_rows = conn.execute(sa.select(schema.lock.c.id)).scalars().all()

@@ -81,10 +81,11 @@ def refuse_row_locked(conn: Connection, prefix: str = "") -> None:
         ) from None
 
 
-def refuse_live_lease(conn: Connection, prefix: str, *, override: str) -> None:
+def refuse_live_lease(conn: Connection, prefix: str, *, override: str | None) -> None:
     """Raise when a broker holds the master lease on the lock row (mqstore's ``--lock
-    lease``), which takes no database lock a downgrade could see; ``override`` names the
-    option that goes ahead when that broker is gone and its lease merely stale."""
+    lease``, ActiveMQ's lease locker), which takes no database lock a migration could see;
+    ``override`` names the option that goes ahead when that broker is gone and its lease
+    merely stale (None: there is none, the lease runs out)."""
     schema = build_schema(prefix)
     if schema.lock.name not in set(sa.inspect(conn).get_table_names()):
         return
@@ -92,9 +93,10 @@ def refuse_live_lease(conn: Connection, prefix: str, *, override: str) -> None:
         return
     status = read_lock(conn, schema)
     if status.live():
+        stale = f"pass {override}" if override else "run it again once the lease has run out"
         raise SchemaError(
             f"{schema.lock.name} is {status.describe()}, nothing was changed: stop that broker "
-            f"first (or pass {override} if it is gone and its lease is stale)"
+            f"first (or {stale} if it is gone and its lease is stale)"
         )
 
 

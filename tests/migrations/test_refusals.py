@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -310,6 +311,26 @@ def test_adopt_refuses_while_a_broker_holds_the_row_lock(
         assert sa.inspect(conn).get_pk_constraint("activemq_acks")["name"] == "pk_activemq_acks"
         indexes = sa.inspect(conn).get_indexes("activemq_msgs")
     assert "activemq_msgs_uidx" not in {index["name"] for index in indexes}
+
+
+def test_adopt_refuses_while_a_broker_holds_the_lease(
+    empty_dsn: str, activemq_engine: Engine
+) -> None:
+    """ActiveMQ's lease locker takes no database lock: its lease in the row is what tells."""
+    with activemq_engine.begin() as conn:
+        lease_end = int(time.time() * 1000) + 60_000
+        conn.execute(
+            sa.text("UPDATE activemq_lock SET broker_name = 'amq-master', time = :t"),
+            {"t": lease_end},
+        )
+    result = mqstore("db", "adopt", "--dsn", empty_dsn)
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "held by amq-master" in result.stderr
+    assert "once the lease has run out" in result.stderr
+    assert _tables(activemq_engine) == {"activemq_msgs", "activemq_acks", "activemq_lock"}
+    with activemq_engine.connect() as conn:
+        assert sa.inspect(conn).get_pk_constraint("activemq_acks")["name"] == "pk_activemq_acks"
 
 
 def test_adopt_names_the_schema_it_looked_in(empty_dsn: str, empty_engine: Engine) -> None:
