@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import uuid
@@ -13,6 +14,8 @@ from journal.format import Position
 from mqstore.errors import ConfigError, StoreError
 
 ID_FILE = "journal-id"
+
+log = logging.getLogger(__name__)
 
 
 class JournalMasterSlaveError(ConfigError):
@@ -163,19 +166,60 @@ def read_journal_id(directory: Path, *, holds_records: bool = False) -> str:
     """The journal's UUID, created (durably) on first use.
 
     Refused with :class:`JournalIdLostError` when the file is missing from a journal that
-    ``holds_records``: which of them the database already has cannot be told then.
+    ``holds_records``, or holds no journal id (empty, cut short, overwritten): which of the
+    records the database already has cannot be told then. A journal without records gets a
+    new id in place of a damaged one.
     """
     path = directory / ID_FILE
-    if path.exists():
-        return path.read_text().strip()
+    if not path.exists():
+        if holds_records:
+            raise JournalIdLostError(
+                f"the journal in {directory} holds records but its {ID_FILE} file is missing, "
+                "so which of them the database already has cannot be told (replaying them "
+                f"could store messages twice). Restore {path} from a backup of the "
+                "directory; or, accepting the loss of the records not yet checkpointed, move "
+                f"the *.wal files and the file 'newest' out of {directory} and start again "
+                "with an empty journal."
+            )
+        return _new_journal_id(directory)
+    data = path.read_bytes()
+    found = _journal_id_in(data)
+    if found is not None:
+        return found
     if holds_records:
         raise JournalIdLostError(
-            f"the journal in {directory} holds records but its {ID_FILE} file is missing, so "
-            "which of them the database already has cannot be told (replaying them could "
-            f"store messages twice). Restore {path} from a backup of the directory; or, "
-            "accepting the loss of the records not yet checkpointed, move the *.wal files "
-            f"and the file 'newest' out of {directory} and start again with an empty journal."
+            f"the journal in {directory} holds records but its {ID_FILE} file holds "
+            f"{_shown(data)}, not a journal id (damaged or overwritten), so which of them "
+            "the database already has cannot be told (replaying them could store messages "
+            f"twice). Restore {path} from a backup of the directory (the id is also the "
+            "journal_id of its row in the database's journal table); or, accepting the loss "
+            f"of the records not yet checkpointed, move the *.wal files and the file "
+            f"'newest' out of {directory} and start again with an empty journal."
         )
+    log.warning(
+        "%s holds %s, not a journal id; the empty journal gets a new one", path, _shown(data)
+    )
+    return _new_journal_id(directory)
+
+
+def _journal_id_in(data: bytes) -> str | None:
+    """The UUID text of a ``journal-id`` file's contents, or None if it holds none."""
+    try:
+        text = data.decode("ascii").strip()
+        uuid.UUID(text)
+    except ValueError:  # also UnicodeDecodeError
+        return None
+    return text
+
+
+def _shown(data: bytes) -> str:
+    if not data:
+        return "nothing (0 bytes)"
+    return f"{len(data)} bytes ({data[:40]!r}{'...' if len(data) > 40 else ''})"
+
+
+def _new_journal_id(directory: Path) -> str:
+    """Make a new journal id and store it durably (write, fsync, rename, fsync)."""
     directory.mkdir(parents=True, exist_ok=True)
     new = str(uuid.uuid4())
     tmp = directory / (ID_FILE + ".tmp")
@@ -183,7 +227,7 @@ def read_journal_id(directory: Path, *, holds_records: bool = False) -> str:
         fh.write(new + "\n")
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, directory / ID_FILE)
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
