@@ -35,6 +35,8 @@ __all__ = [
 
 LOCK_FILE_NAME = "lock"
 NEWEST_FILE_NAME = "newest"
+#: The highest segment number a file name (16 digits) can hold.
+MAX_SEGMENT = 10**16 - 1
 
 
 def segment_path(directory: Path, number: int) -> Path:
@@ -65,12 +67,14 @@ def fsync_directory(directory: Path) -> None:
 
 def read_newest(directory: Path) -> int | None:
     """The newest segment number ``mark_newest`` recorded, or None (none recorded yet, as
-    in a journal of an earlier version, or the file does not hold a number)."""
+    in a journal of an earlier version, or the file does not hold a segment number)."""
     try:
-        text = (directory / NEWEST_FILE_NAME).read_text(encoding="ascii")
+        text = (directory / NEWEST_FILE_NAME).read_text(encoding="ascii").strip()
     except (FileNotFoundError, UnicodeDecodeError):
         return None
-    return int(text) if text.strip().isdigit() else None
+    if not text.isdigit() or len(text.lstrip("0")) > len(str(MAX_SEGMENT)):
+        return None  # not a number, or not one a segment's file name could hold
+    return int(text)
 
 
 def missing_after(newest: int | None, last: int | None) -> range:
