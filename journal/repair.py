@@ -7,7 +7,8 @@ replayed. Where no valid record follows in its segment, the segment is cut there
 a segment header that does not check out is written again, and a segment missing from the
 middle is created empty. Only where the damage cannot be told apart from a different log (a
 header naming another segment, a long run of missing numbers, damage too short to pad) is
-the journal truncated and the later segments removed.
+the journal truncated and the later segments removed. Zero bytes after the last record are
+the writer's preallocated space, no damage: ``Journal.open`` trims them.
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ class _Planner:
             offset, reason, torn, bad_end = _first_bad(view, pos)
             if offset < 0:
                 return True
+            if torn and last and not bytes(view[offset:]).strip(b"\0"):
+                return True  # the writer's zero-filled space: free, and Journal.open trims it
             if torn and last:
                 self.add(TRUNCATE, path, offset, size, f"torn tail: {reason}")
                 self.plan.lost_bytes += size - offset

@@ -286,7 +286,7 @@ def test_a_bad_length_in_the_last_segment_is_corruption_not_a_torn_tail(
         Journal.open(tmp_path)
     assert (info.value.segment, info.value.offset) == (path, bad_start)
     plan = repair(tmp_path, dry_run=False)
-    first = plan.actions[0]  # then the zeroed space, a torn tail, is cut
+    first = plan.actions[0]  # the zeroed space after it is free space, left to open
     assert (first.action, first.offset, first.end) == ("pad", bad_start, ends[2].offset)
     with Journal.open(tmp_path) as journal:
         assert ids_of(journal) == [0, 1, 3, 4]
