@@ -16,6 +16,7 @@ __all__ = [
     "JournalLockedError",
     "JournalPositionError",
     "JournalRecordTooLargeError",
+    "JournalSegmentGoneError",
     "JournalTailMissingError",
 ]
 
@@ -70,6 +71,22 @@ class JournalPositionError(JournalError):
 
 class JournalRecordTooLargeError(JournalError, ValueError):
     """A single record exceeds the hard size limit of the format."""
+
+
+class JournalSegmentGoneError(JournalError):
+    """A segment listed in the journal directory was gone when it was to be read."""
+
+    def __init__(self, segment: Path | str) -> None:
+        self.segment = Path(segment)
+        super().__init__(
+            f"journal segment {self.segment} was deleted while the journal was read (a "
+            "broker running on the journal deletes segments behind each checkpoint; read "
+            "again). If no broker runs on it, restore the file: the records after it cannot "
+            "be replayed without it"
+        )
+
+    def __reduce__(self) -> tuple[type[JournalSegmentGoneError], tuple[Path]]:
+        return (type(self), (self.segment,))
 
 
 class JournalTailMissingError(JournalError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -111,16 +112,64 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
     """Summarise a journal directory without locking or modifying it.
 
     Decodes every record to count operations by type and find the last CheckpointMark.
-    A live writer's last record may show up as a torn tail.
+    Safe beside a live writer: its zero-filled space after the last record is no problem,
+    segments it releases during the scan are left out, and damage found in the last
+    segment (maybe a record it was writing) is looked at again before it is reported.
     """
     path = Path(directory)
-    report = InspectReport(path)
-    by_record: Counter[str] = Counter()
-    by_op: Counter[str] = Counter()
-    undecodable: list[Problem] = []
+    report, damage = _inspect_once(path)
+    if damage is not None and report.segments and damage.segment == report.segments[-1].number:
+        report, damage = _inspect_once(path)
+    return report
 
-    def on_frame(number: int, frame: Frame) -> None:
-        by_record[_RECORD_NAMES[frame.record_type]] += 1
+
+def _inspect_once(path: Path) -> tuple[InspectReport, Damage | None]:
+    """One read of the directory: the report and the damage the scan stopped at, if any."""
+    report = InspectReport(path)
+    counts = _SegmentCounts()
+    newest = read_newest(path)  # before the scan: a live writer records a segment once made
+    scan = scan_log(path, counts.on_frame)
+    damage = scan.damage if scan.damage is not None and not scan.damage.free_space else None
+    kept = [s.number for s in scan.segments]
+    report.segments = [_info(s) for s in scan.segments]
+    for number, seg_path in scan.unscanned:
+        with contextlib.suppress(FileNotFoundError):  # released during the scan
+            size = seg_path.stat().st_size
+            report.segments.append(SegmentInfo(number, seg_path.name, size, None))
+    by_record = counts.total(counts.by_record, kept)
+    report.records = sum(by_record.values())
+    report.records_by_type = dict(by_record)
+    report.ops_by_type = dict(counts.total(counts.by_op, kept))
+    marks = [counts.checkpoints[n] for n in kept if n in counts.checkpoints]
+    if marks:
+        report.last_checkpoint, report.last_checkpoint_record = marks[-1]
+    report.end = scan.end
+    undecodable = [p for p in counts.undecodable if p.segment in kept]
+    if damage is not None:
+        report.problem = problem_of(damage)
+    elif undecodable:
+        report.problem = undecodable[0]
+    else:
+        last = kept[-1] if kept else None
+        missing = missing_after(newest, last)
+        if missing:
+            first, name = missing[0], segment_file_name(missing[0])
+            reason = f"segments {first} to {missing[-1]} were made and are missing (file 'newest')"
+            report.problem = Problem("missing", first, name, 0, 0, reason)
+    return report, damage
+
+
+class _SegmentCounts:
+    """What ``inspect`` counts, per segment (so segments released meanwhile drop out)."""
+
+    def __init__(self) -> None:
+        self.by_record: dict[int, Counter[str]] = {}
+        self.by_op: dict[int, Counter[str]] = {}
+        self.checkpoints: dict[int, tuple[Position, Position]] = {}
+        self.undecodable: list[Problem] = []
+
+    def on_frame(self, number: int, frame: Frame) -> None:
+        self.by_record.setdefault(number, Counter())[_RECORD_NAMES[frame.record_type]] += 1
         if frame.record_type == RECORD_PADDING:
             return
         try:
@@ -128,35 +177,22 @@ def inspect(directory: str | os.PathLike[str]) -> InspectReport:
         except JournalDecodeError as exc:
             reason = f"undecodable record: {exc}"
             name = segment_file_name(number)
-            undecodable.append(Problem("corrupt", number, name, frame.start, 0, reason))
+            self.undecodable.append(Problem("corrupt", number, name, frame.start, 0, reason))
             return
+        by_op = self.by_op.setdefault(number, Counter())
         for op in flatten(ops):
             by_op[op_name(op)] += 1
             if isinstance(op, CheckpointMark):
-                report.last_checkpoint = Position(op.segment, op.offset)
-                report.last_checkpoint_record = Position(number, frame.start)
+                mark = Position(op.segment, op.offset)
+                self.checkpoints[number] = (mark, Position(number, frame.start))
 
-    newest = read_newest(path)  # before the scan: a live writer records a segment once made
-    scan = scan_log(path, on_frame)
-    report.segments = [_info(s) for s in scan.segments]
-    for number, seg_path in scan.unscanned:
-        report.segments.append(SegmentInfo(number, seg_path.name, seg_path.stat().st_size, None))
-    report.records = sum(by_record.values())
-    report.records_by_type = dict(by_record)
-    report.ops_by_type = dict(by_op)
-    report.end = scan.end
-    if scan.damage is not None:
-        report.problem = problem_of(scan.damage)
-    elif undecodable:
-        report.problem = undecodable[0]
-    else:
-        last = scan.segments[-1].number if scan.segments else None
-        missing = missing_after(newest, last)
-        if missing:
-            first, name = missing[0], segment_file_name(missing[0])
-            reason = f"segments {first} to {missing[-1]} were made and are missing (file 'newest')"
-            report.problem = Problem("missing", first, name, 0, 0, reason)
-    return report
+    @staticmethod
+    def total(per_segment: dict[int, Counter[str]], numbers: list[int]) -> Counter[str]:
+        """The counts of segments ``numbers`` added up."""
+        total: Counter[str] = Counter()
+        for number in numbers:
+            total.update(per_segment.get(number, Counter()))
+        return total
 
 
 def count_frames(view: memoryview, start: int, counts: Counter[str]) -> int:

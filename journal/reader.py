@@ -31,6 +31,7 @@ from journal.errors import (
     JournalDecodeError,
     JournalError,
     JournalPositionError,
+    JournalSegmentGoneError,
 )
 from journal.format import (
     FRAME_CRC,
@@ -77,7 +78,8 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class Damage:
-    """The first invalid bytes of a segment (``torn``: qualifies as a torn tail)."""
+    """The first invalid bytes of a segment (``torn``: qualifies as a torn tail; ``zeros``:
+    only zero bytes from ``offset`` on, which past the last record is preallocated space)."""
 
     segment: int
     path: Path
@@ -86,6 +88,12 @@ class Damage:
     reason: str
     torn: bool
     header: bool = False
+    zeros: bool = False
+
+    @property
+    def free_space(self) -> bool:
+        """Whether this is only the writer's zero-filled space after the last record."""
+        return self.torn and self.zeros and not self.header
 
     @property
     def bytes_after(self) -> int:
@@ -217,8 +225,21 @@ class FrameWalker:
 
 
 def _read(path: Path) -> memoryview:
-    with open(path, "rb") as f:
-        return memoryview(f.read())
+    try:
+        with open(path, "rb") as f:
+            return memoryview(f.read())
+    except FileNotFoundError:
+        raise JournalSegmentGoneError(path) from None
+
+
+def _released(directory: Path, number: int) -> bool:
+    """Whether segment ``number``, gone while the log was read, was released by a writer
+    running on it: segments after it remain and none before it."""
+    try:
+        left = [n for n, _ in list_segments(directory)]
+    except FileNotFoundError:  # the directory itself is gone
+        return False
+    return bool(left) and left[0] > number
 
 
 def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = None) -> LogScan:
@@ -232,7 +253,14 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
     prev: int | None = None
     for i, (number, path) in enumerate(segments):
         last = i == len(segments) - 1
-        view = _read(path)
+        try:
+            view = _read(path)
+        except JournalSegmentGoneError:
+            if not _released(directory, number):
+                raise
+            scan.segments.clear()  # released too: the log now starts after this one
+            prev = None
+            continue
         seg = SegmentScan(number, path, len(view))
         scan.segments.append(seg)
         if prev is not None and number != prev + 1:
@@ -253,7 +281,9 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
             seg.end = Position(number, _end_of(walker, seg))
             if walker.problem is not None:
                 offset, reason, torn = walker.problem
-                seg.damage = Damage(number, path, offset, len(view), reason, torn and last)
+                zeros = _all_zero(view[offset:])
+                torn = torn and last
+                seg.damage = Damage(number, path, offset, len(view), reason, torn, zeros=zeros)
         prev = number
         if seg.damage is not None:
             scan.damage = seg.damage
@@ -316,8 +346,7 @@ def recover_tail(scan: LogScan) -> RecoveryReport | None:
         )
     scan.damage = None
     # Zero bytes past the last record are the writer's preallocated space, not lost data.
-    preallocated = damage.reason.endswith("zero bytes")
-    log.log(logging.INFO if preallocated else logging.WARNING, "%s", report)
+    log.log(logging.INFO if damage.free_space else logging.WARNING, "%s", report)
     return report
 
 
