@@ -5,6 +5,8 @@ CLI flags mirror these fields; a flag given on the command line wins over the en
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 import socket
 from pathlib import Path
@@ -15,6 +17,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mqstore.errors import ConfigError
 from mqstore.schema import PREFIX_PATTERN
+
+log = logging.getLogger(__name__)
 
 
 class Settings(BaseSettings):
@@ -191,8 +195,28 @@ def _source(loc: tuple[int | str, ...], given: dict[str, object]) -> str:
     return variable if name not in given and variable in os.environ else name
 
 
+def misspelt_variables(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """``MQSTORE_`` variables that are no setting but look like one's misspelling, with
+    that setting's variable (others, such as the Spark jobs' own, are left alone)."""
+    known = [f"MQSTORE_{name.upper()}" for name in Settings.model_fields]
+    found = {}
+    for variable in environ:
+        if variable.startswith("MQSTORE_") and variable not in known:
+            close = difflib.get_close_matches(variable, known, n=1, cutoff=0.85)
+            if close:
+                found[variable] = close[0]
+    return found
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Build settings from the environment plus explicit overrides (``None`` means not given)."""
+    """Build settings from the environment plus explicit overrides (``None`` means not given).
+    A variable that looks like a misspelt setting is logged as a warning: it is ignored."""
+    for variable, meant in misspelt_variables(os.environ).items():
+        log.warning(
+            "environment variable %s is not an mqstore setting and is ignored; did you mean %s?",
+            variable,
+            meant,
+        )
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**given)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -35,6 +36,18 @@ def test_bad_dsn_is_one_line_without_traceback() -> None:
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 2
     # the DSN is shown as the user writes it, without SQLAlchemy's driver suffix
     assert "(postgresql://u@127.0.0.1:1/db)" in result.stderr
+
+
+def test_a_misspelt_setting_is_named_with_the_one_meant(dsn: str) -> None:
+    """An unknown variable is ignored, as pydantic-settings does: one that looks like a
+    misspelt setting says so, so the setting meant is not silently left at its default."""
+    env = {**os.environ, "MQSTORE_JOURNAL_SYNCC": "always", "MQSTORE_OTHER_TOOL": "x"}
+    result = mqstore("db", "check", "--dsn", dsn, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "environment variable MQSTORE_JOURNAL_SYNCC is not an mqstore setting and is "
+        "ignored; did you mean MQSTORE_JOURNAL_SYNC?"
+    ]
 
 
 def test_missing_database_says_how_to_fix(empty_dsn: str) -> None:
