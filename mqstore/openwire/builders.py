@@ -13,19 +13,26 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .body import encode_body
+from .destnames import name_problem
 from .errors import EncodeError
 from .kinds import MessageKind
 from .model import Destination, Message, MessageId, ProducerId
 from .primitives import encode_map
 
 
-def _destination(value: Destination | str | None) -> Destination | None:
-    if value is None or isinstance(value, Destination):
-        return value
+def _destination(value: Destination | str | None, what: str) -> Destination | None:
+    """``value`` as a Destination; EncodeError if ActiveMQ could not read its name back."""
+    if value is None:
+        return None
     try:
-        return Destination.parse(value)
+        dest = value if isinstance(value, Destination) else Destination.parse(value)
     except ValueError as exc:
         raise EncodeError(str(exc)) from None
+    problem = name_problem(dest.physical_name)
+    if problem is not None:
+        name = dest.qualified_name
+        raise EncodeError(f"{what} {name!r}: {problem}; ActiveMQ could not read the message")
+    return dest
 
 
 def _producer(value: ProducerId | str) -> ProducerId:
@@ -63,7 +70,7 @@ def build_message(
     """Build a message of any kind; see :func:`text_message` for the arguments."""
     if not 0 <= priority <= 9:
         raise EncodeError(f"JMS priority must be 0..9, got {priority}")
-    dest = _destination(destination)
+    dest = _destination(destination, "destination")
     if dest is None:
         raise EncodeError("a destination is required")
     producer = _producer(producer_id)
@@ -82,7 +89,7 @@ def build_message(
         persistent=persistent,
         expiration=expiration,
         priority=priority,
-        reply_to=_destination(reply_to),
+        reply_to=_destination(reply_to, "reply-to"),
         timestamp=now,
         type=type,
         content=content,
@@ -96,7 +103,8 @@ def build_message(
 def text_message(text: str | None, **kwargs: Any) -> Message:
     """A TextMessage (``text`` None means a null body).
 
-    Keyword arguments: ``destination`` (a :class:`Destination` or ``"queue://NAME"``),
+    Keyword arguments: ``destination`` (a :class:`Destination` or ``"queue://NAME"``; like
+    ``reply_to``, EncodeError for a name ActiveMQ could not read back, e.g. a blank one),
     ``producer_id`` (a :class:`ProducerId` or ``"connId:session:value"``), ``sequence``
     (producer sequence id), and optionally ``broker_sequence_id``, ``timestamp`` and
     ``broker_in_time`` (epoch ms, default now), ``priority`` (0..9, default 4),

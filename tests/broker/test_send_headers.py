@@ -112,3 +112,24 @@ def test_a_jms_header_its_setter_cannot_read_is_refused(
         prod.send("/queue/jms-bad", "x", headers={header: value})
         assert col.wait(lambda: bool(col.errors))
         assert header in col.errors[0].headers["message"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "words"),
+    [
+        ({"reply-to": "/queue/ "}, "reply-to 'queue:// ': a blank name"),
+        ({"reply-to": "/queue/a,queue://"}, "composite part 'queue://' has no name"),
+        ({"reply-to": "/topic/t?a=%"}, "not properly %-encoded"),
+    ],
+    ids=["blank", "empty-composite-part", "bad-escape"],
+)
+def test_a_reply_to_activemq_could_not_read_back_is_refused(
+    memory_store: Store, headers: dict[str, str], words: str
+) -> None:
+    """ActiveMQ fails to load a row whose reply-to it cannot parse: refused, not stored."""
+    with running(memory_store) as broker:
+        prod, col = connect(broker.port)
+        prod.send("/queue/replies-bad", "x", headers={"persistent": "true", **headers})
+        assert col.wait(lambda: bool(col.errors))
+        assert words in col.errors[0].headers["message"]
+        assert memory_store.count("queue://replies-bad") == 0

@@ -170,3 +170,58 @@ def test_builder_rejects_bad_input() -> None:
         text_message("x", **{**common, "properties": {"o": object()}})
     with pytest.raises(EncodeError):
         encode(text_message("x", **common).replace(correlation_id="é" * 40000))
+
+
+# Checked against ActiveMQ 5.17's ActiveMQDestination.setPhysicalName, which unmarshalling a
+# stored message calls for its destination, originalDestination and replyTo: it throws for
+# these, so a row naming one could never be loaded by ActiveMQ.
+_UNREADABLE_NAMES = [
+    "",
+    " ",
+    "\x01",
+    "\t \n",  # Java's trim() strips every char up to U+0020
+    "a,queue://",  # a composite part with an empty name
+    "a,topic:// ",
+    "b,temp-queue://",
+    "Q?a=%",  # options after '?' go through URLDecoder
+    "Q?a=%2",
+    "Q?%=1",
+    "Q?a=b&c=%zz",
+    "a,b?x=%",
+    "Q?a=1?b=%",
+]
+# ... and accepts these.
+_READABLE_NAMES = [
+    "Q",
+    " Q ",
+    "?",
+    "Q?a=b&c",
+    "Q?%zz",  # no '=': not decoded
+    "Q?b=%?a=1",  # only the part after the last '?' is parsed
+    "Q?a=%41",
+    "Q?a=%e2%9c%93",
+    "a,b",
+    ",",
+    "a,,b",
+    "a, ",
+    "a,queue://x",
+    "\u3000",  # not trimmed by Java
+]
+
+
+@pytest.mark.parametrize("name", _UNREADABLE_NAMES)
+@pytest.mark.parametrize("field", ["destination", "reply_to"])
+def test_builder_refuses_destination_names_activemq_cannot_read(name: str, field: str) -> None:
+    common = {"destination": "queue://Q", "producer_id": "ID:h-1:1:-1:1", "sequence": 1}
+    for value in (f"queue://{name}", Destination.topic(name)):
+        with pytest.raises(
+            EncodeError, match=f"{field.replace('_', '-')} .*ActiveMQ could not read"
+        ):
+            text_message("x", **{**common, field: value})
+
+
+@pytest.mark.parametrize("name", _READABLE_NAMES)
+def test_builder_accepts_destination_names_activemq_reads(name: str) -> None:
+    common = {"producer_id": "ID:h-1:1:-1:1", "sequence": 1}
+    msg = text_message("x", destination=f"queue://{name}", reply_to=f"topic://{name}", **common)
+    assert decode(encode(msg)).destination == Destination.queue(name)
