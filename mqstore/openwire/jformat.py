@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+from collections import Counter
 from collections.abc import Mapping
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
@@ -23,6 +24,10 @@ _SMALLEST_NORMAL = 2.2250738585072014e-308  # subnormal doubles: repr() may diff
 #: (significand bits, exponent of the smallest subnormal) of double and float.
 _DOUBLE = (53, -1074)
 _FLOAT = (24, -149)
+#: ``HashMap``: a bucket of more keys than this is made a tree, or (in a table of fewer
+#: slots than the minimum) the table is doubled instead.
+_TREEIFY_THRESHOLD = 8
+_MIN_TREEIFY_CAPACITY = 64
 
 
 def java_double(x: float) -> str:
@@ -154,17 +159,38 @@ def value_of(value: Any) -> str:
 
 def hash_map_order(entries: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """The entries in the order Java iterates the ``HashMap`` ActiveMQ's
-    ``unmarshalPrimitiveMap`` builds (``new HashMap(size)``, then each key put in turn)."""
+    ``unmarshalPrimitiveMap`` builds (``new HashMap(size)``, then each key put in turn).
+
+    A bucket reaching 9 keys doubles a table under 64 slots, as ``HashMap.treeifyBin``
+    does; in a larger one it becomes a tree, whose order is not modelled (that takes 9 keys
+    agreeing in their low 6 or more hash bits).
+    """
+    items = list(entries.items())
+    hashes = [_bucket_hash(key) for key, _ in items]
     capacity = 1
-    while capacity < len(entries):
+    while capacity < len(items):
         capacity <<= 1
     threshold = int(capacity * 0.75)
-    for size in range(1, len(entries) + 1):
-        if size > threshold:  # HashMap.resize(): the table doubles
-            threshold = threshold * 2 if capacity >= 16 else int(capacity * 2 * 0.75)
-            capacity *= 2
+    per_bucket: Counter[int] = Counter()
+    for size, h in enumerate(hashes, 1):
+        bucket = h & (capacity - 1)
+        per_bucket[bucket] += 1
+        before = capacity
+        if per_bucket[bucket] > _TREEIFY_THRESHOLD and capacity < _MIN_TREEIFY_CAPACITY:
+            capacity, threshold = _resize(capacity, threshold)
+        if size > threshold:
+            capacity, threshold = _resize(capacity, threshold)
+        if capacity != before:
+            per_bucket = Counter(x & (capacity - 1) for x in hashes[:size])
     mask = capacity - 1
-    return sorted(entries.items(), key=lambda kv: _bucket_hash(kv[0]) & mask)
+    return [items[i] for i in sorted(range(len(items)), key=lambda i: hashes[i] & mask)]
+
+
+def _resize(capacity: int, threshold: int) -> tuple[int, int]:
+    """``HashMap.resize()`` of a table in use: twice the slots, and the new threshold."""
+    if capacity >= 16:
+        return capacity * 2, threshold * 2
+    return capacity * 2, int(capacity * 2 * 0.75)
 
 
 def _bucket_hash(key: str) -> int:

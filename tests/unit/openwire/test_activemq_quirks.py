@@ -255,3 +255,21 @@ def test_nested_values_print_as_hash_map_and_list_do() -> None:
         " alpha=0, kappa=9, beta=1, gamma=2}"
     )
     assert property_text([JFloat(1.1), None, "x", [True]]) == "[1.1, null, x, [true]]"
+
+
+@pytest.mark.parametrize(
+    ("count", "java"),
+    [  # printed by ActiveMQ 5.17 (Java 17) for the nested map of the first ``count`` keys
+        (8, "{a0=0, a@=1, aP=2, a`=3, ap=4, b1=5, bA=6, bQ=7}"),
+        (9, "{a0=0, aP=2, ap=4, b1=5, bQ=7, a@=1, a`=3, bA=6, ba=8}"),
+        (10, "{a0=0, aP=2, ap=4, b1=5, bQ=7, bq=9, a@=1, a`=3, bA=6, ba=8}"),
+        (12, "{a0=0, aP=2, ap=4, b1=5, bQ=7, bq=9, c2=10, a@=1, a`=3, bA=6, ba=8, cB=11}"),
+    ],
+)
+def test_colliding_keys_print_as_hash_map_does(count: int, java: str) -> None:
+    """Keys whose String.hashCode agree in the low 4 bits share a bucket of the 16-slot
+    table: the 9th in one bucket makes HashMap double a table under 64 slots."""
+    keys = ["a0", "a@", "aP", "a`", "ap", "b1", "bA", "bQ", "ba", "bq", "c2", "cB"][:count]
+    nested = {k: JInt(i) for i, k in enumerate(keys)}
+    props = decode(encode(text_message("t", properties={"m": nested}, **IDS))).properties
+    assert property_text(props["m"]) == java
