@@ -16,10 +16,12 @@ from mqstore.openwire import (
     decode,
     decode_map,
     encode,
+    encode_body,
     text_message,
 )
 
 from .fixture_data import frames
+from .strategies import bodies
 
 FRAMES = frames()
 SAMPLE = encode(
@@ -175,3 +177,23 @@ def test_non_canonical_booleans_are_rejected() -> None:
     frame[9] = 2  # responseRequired
     with pytest.raises(DecodeError, match="responseRequired"):
         decode(bytes(frame))
+
+
+#: The kinds whose body is zlib-deflated when compressed.
+_COMPRESSIBLE = [k for k in MessageKind if k not in (MessageKind.MESSAGE, MessageKind.BLOB)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(_COMPRESSIBLE), st.data())
+def test_corrupt_compressed_bodies_raise_decode_error(
+    kind: MessageKind, data: st.DataObject
+) -> None:
+    """The frames above hold no compressed body: corrupt the zlib content of each kind."""
+    content = bytearray(encode_body(kind, data.draw(bodies(kind)), True) or b"x")
+    at = data.draw(st.integers(0, len(content) - 1))
+    cut, value = data.draw(st.booleans()), data.draw(st.integers(0, 255))
+    if cut:
+        del content[at:]
+    else:
+        content[at] = value
+    _decode_fully(encode(Message(kind=kind, compressed=True, content=bytes(content))))
