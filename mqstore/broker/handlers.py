@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from mqstore.broker.flow import Limited, waited
 from mqstore.broker.frames import Frame, FrameParser, encode_frame
-from mqstore.broker.messages import BrokerMessage, container_of, from_send
+from mqstore.broker.messages import BrokerMessage, container_of, destination_options, from_send
 from mqstore.broker.subscriptions import ACK_MODES, MESSAGE_OVERHEAD, Consumer, Delivery
 from mqstore.broker.transactions import Transaction
 from mqstore.broker.writer import Op
@@ -263,14 +263,18 @@ class Handlers:
             cfg.queue_prefetch if not is_topic
             else cfg.durable_topic_prefetch if durable else cfg.topic_prefetch
         )  # fmt: skip
+        # Consumer settings: a header, else the destination's option (``?consumer.x=...``).
+        options = destination_options(dest)
+        prefetch_size = frame.get("activemq.prefetchSize") or options.get("consumer.prefetchSize")
         try:
-            prefetch = int(frame.get("activemq.prefetchSize") or default)
+            prefetch = int(prefetch_size or default)
         except ValueError:
             raise _error("activemq.prefetchSize must be an integer") from None
+        exclusive = frame.get("activemq.exclusive") or options.get("consumer.exclusive")
         consumer = Consumer(
             self,  # type: ignore[arg-type]
             sub_id, container, "auto" if browser else ack, max(prefetch, 1),
-            exclusive=frame.get("activemq.exclusive") == "true", browser=browser,
+            exclusive=exclusive == "true", browser=browser,
         )  # fmt: skip
         self.consumers[sub_id] = consumer
         try:

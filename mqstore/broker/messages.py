@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 
 from mqstore import openwire
@@ -30,12 +31,30 @@ _RESERVED = _JMS_SETTERS | {
 _REPLY_KINDS = ("queue", "topic", "temp-queue", "temp-topic")
 
 
+#: What Java's ``String.trim()`` strips, as ActiveMQ does from a destination name.
+_JAVA_BLANK = "".join(map(chr, range(33)))
+
+
 def container_of(stomp_dest: str) -> str:
-    """``/queue/NAME`` -> ``queue://NAME`` (also ``/topic/``); anything else is an error."""
+    """``/queue/NAME`` -> ``queue://NAME`` (also ``/topic/``); anything else is an error.
+
+    As ActiveMQ names the destination (``setPhysicalName``): ``?options`` are cut off (they
+    are settings of the consumer, see :func:`destination_options`) and the name trimmed, so
+    ``/queue/orders?consumer.prefetchSize=1`` is queue ``orders``, in its CONTAINER column
+    too."""
     for prefix, scheme in (("/queue/", "queue://"), ("/topic/", "topic://")):
-        if stomp_dest.startswith(prefix) and len(stomp_dest) > len(prefix):
-            return scheme + stomp_dest[len(prefix) :]
+        if stomp_dest.startswith(prefix):
+            name = stomp_dest[len(prefix) :].partition("?")[0].strip(_JAVA_BLANK)
+            if not name:
+                raise FrameError(f"destination {stomp_dest!r} has an empty name")
+            return scheme + name
     raise FrameError(f"unsupported destination {stomp_dest!r}: use /queue/NAME or /topic/NAME")
+
+
+def destination_options(stomp_dest: str) -> dict[str, str]:
+    """The ``?key=value&...`` options of a destination (``consumer.prefetchSize=10``)."""
+    _, question, query = stomp_dest.partition("?")
+    return dict(urllib.parse.parse_qsl(query, keep_blank_values=True)) if question else {}
 
 
 def stomp_name(container: str) -> str:

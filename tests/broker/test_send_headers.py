@@ -133,3 +133,29 @@ def test_a_reply_to_activemq_could_not_read_back_is_refused(
         assert col.wait(lambda: bool(col.errors))
         assert words in col.errors[0].headers["message"]
         assert memory_store.count("queue://replies-bad") == 0
+
+
+def test_destination_options_name_the_same_destination_and_set_the_consumer(
+    memory_store: Store,
+) -> None:
+    """As ActiveMQ's setPhysicalName: ``?options`` are no part of the name (a consumer of
+    ``/queue/orders?consumer.prefetchSize=1`` reads queue orders, with prefetch 1) and the
+    name is trimmed; the CONTAINER column holds the bare name, as ActiveMQ writes it."""
+    with running(memory_store) as broker:
+        prod, pcol = connect(broker.port)
+        for n, dest in enumerate(["/queue/orders?foo=bar", "/queue/ orders ", "/queue/orders"]):
+            prod.send(dest, f"m{n}", headers={"persistent": "true"}, receipt=f"r{n}")
+        assert pcol.wait(lambda: len(pcol.receipts) == 3), pcol.errors
+        assert memory_store.destinations() == ["queue://orders"]
+        cons, col = connect(broker.port)
+        cons.subscribe("/queue/orders?consumer.prefetchSize=1", id="1", ack="client-individual")
+        [first] = col.wait_messages(1)
+        assert first.headers["destination"] == "/queue/orders"
+        queue = broker.snapshot()["destinations"]["queue://orders"]  # prefetch 1: one out
+        assert (queue["in_flight"], queue["in_memory"]) == (1, 2) and len(col.messages) == 1
+        cons.ack(first.headers["ack"])
+        cons.ack(col.wait_messages(2)[1].headers["ack"])
+        assert [m.body for m in col.wait_messages(3)] == ["m0", "m1", "m2"]
+        prod.send("/queue/?x=1", "nameless")
+        assert pcol.wait(lambda: bool(pcol.errors))
+        assert "has an empty name" in pcol.errors[0].headers["message"]
