@@ -47,8 +47,25 @@ def container_of(stomp_dest: str) -> str:
             name = stomp_dest[len(prefix) :].partition("?")[0].strip(_JAVA_BLANK)
             if not name:
                 raise FrameError(f"destination {stomp_dest!r} has an empty name")
+            _refuse_pattern(stomp_dest, name)
             return scheme + name
     raise FrameError(f"unsupported destination {stomp_dest!r}: use /queue/NAME or /topic/NAME")
+
+
+def _refuse_pattern(stomp_dest: str, name: str) -> None:
+    """ActiveMQ reads ``a,b`` as a composite destination and ``a.*`` / ``a.>`` as a
+    wildcard, never as one destination; this broker serves named destinations only, and
+    would otherwise make one that ActiveMQ could never load from the tables."""
+    if "," in name:
+        raise FrameError(
+            f"destination {stomp_dest!r} is composite (a,b): this broker does not fan out; "
+            "send to, or subscribe to, each destination"
+        )
+    if "*" in name or ">" in name:
+        raise FrameError(
+            f"destination {stomp_dest!r} is a wildcard (* or >): this broker serves named "
+            "destinations only; subscribe to each"
+        )
 
 
 def destination_options(stomp_dest: str) -> dict[str, str]:

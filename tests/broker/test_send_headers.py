@@ -159,3 +159,29 @@ def test_destination_options_name_the_same_destination_and_set_the_consumer(
         prod.send("/queue/?x=1", "nameless")
         assert pcol.wait(lambda: bool(pcol.errors))
         assert "has an empty name" in pcol.errors[0].headers["message"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "words"),
+    [
+        ("SEND", "is composite (a,b)"),
+        ("SUBSCRIBE", "is composite (a,b)"),
+        ("SEND-wildcard", "is a wildcard"),
+        ("SUBSCRIBE-wildcard", "is a wildcard"),
+    ],
+)
+def test_composite_and_wildcard_destinations_are_refused(
+    memory_store: Store, frame: str, words: str
+) -> None:
+    """ActiveMQ fans ``a,b`` out and matches ``prices.>``; taken as one destination's name,
+    a subscriber would wait for ever and ActiveMQ could never load the rows."""
+    dest = "/topic/prices.>" if frame.endswith("wildcard") else "/queue/a,b"
+    with running(memory_store) as broker:
+        conn, col = connect(broker.port)
+        if frame.startswith("SEND"):
+            conn.send(dest, "x", headers={"persistent": "true"})
+        else:
+            conn.subscribe(dest, id="1")
+        assert col.wait(lambda: bool(col.errors))
+        assert words in col.errors[0].headers["message"]
+        assert memory_store.destinations() == []
