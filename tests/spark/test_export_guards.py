@@ -135,6 +135,25 @@ def test_watermarks_that_do_not_name_their_database_are_checked_before_trusted(
     assert "deleted 5 history row(s)" in trim.stdout, trim.stderr
 
 
+def test_unrecorded_watermarks_over_rows_without_a_message_id_are_recognised(
+    spark: Any, engine: Engine, tmp_path: Path
+) -> None:
+    """MSGID_PROD and MSGID_SEQ may be null (in the history too): such a row, archived, is
+    this database's row all the same, not a sign of another database."""
+    _add(engine, 1, 1, "queue://a")
+    _add(engine, 2, 2, "queue://a")
+    _history(engine, "mqstore_history", "queue://a")
+    execute(engine, "UPDATE activemq_msgs SET msgid_prod = NULL, msgid_seq = NULL WHERE id = 1")
+    execute(engine, "UPDATE mqstore_history SET msgid_prod = NULL, msgid_seq = NULL")
+    out = tmp_path / "archive"
+    export(spark, dsn_of(engine), out)
+    _forget_database(out)
+
+    again = export(spark, dsn_of(engine), out)
+    assert (again.message_rows, again.history_rows) == (0, 0)
+    assert load_watermarks(out)["database"]["name"] == engine.url.database
+
+
 def test_lost_or_blank_watermarks_beside_an_archive_are_refused(
     spark: Any, activemq_engine: Engine, tmp_path: Path
 ) -> None:
