@@ -19,7 +19,7 @@ from pyspark.sql import functions as sf
 from .archive_guard import history_archive
 from .decode import with_decoded
 from .durable import write_atomically
-from .report_html import render
+from .report_html import figure, render
 from .sources import (
     inspect_database,
     jdbc_source,
@@ -234,7 +234,7 @@ def check(report: dict[str, Any], limits: Thresholds) -> list[str]:
 
     def over(value: float | None, limit: float | None, what: str) -> None:
         if limit is not None and value is not None and value > limit:
-            out.append(f"{what}: {value:g} > {limit:g}")
+            out.append(f"{what}: {figure(value)} > {figure(limit)}")
 
     for d in report["destinations"]:
         over(d["depth"], limits.max_depth, f"depth of {d['destination']}")

@@ -340,7 +340,6 @@ def export_command(
     """Export new messages and history to Parquet (incremental; safe to re-run)."""
     from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
 
     from .export import STEPS, check_archive, export, export_lock
 
@@ -378,13 +377,23 @@ def export_command(
                 bar.update(task, completed=len(STEPS), description="export: done")
         finally:
             _stop(spark)
+    Console().print(summary_table(result))
+
+
+def summary_table(result: Any) -> Any:
+    """The rows per destination a run added, as a Rich table; names are shown as they are
+    (a ``[...]`` in one is text, not Rich markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=f"run {result.run_id} ({result.seconds:.1f} s)")
     for col in ("destination", "messages", "history"):
         table.add_column(col, justify="left" if col == "destination" else "right")
     for dest in sorted(set(result.messages) | set(result.history)):
-        table.add_row(dest, str(result.messages.get(dest, 0)), str(result.history.get(dest, 0)))
+        counts = (str(result.messages.get(dest, 0)), str(result.history.get(dest, 0)))
+        table.add_row(Text(dest), *counts)
     table.add_row("total", str(result.message_rows), str(result.history_rows))
-    Console().print(table)
+    return table
 
 
 def audit_command(
@@ -484,4 +493,5 @@ __all__ = [
     "export_command",
     "main",
     "register",
+    "summary_table",
 ]

@@ -42,6 +42,14 @@ def _duration(ms: Any) -> str:
     return f"{s:.1f} s"
 
 
+def figure(value: float) -> str:
+    """``value`` written out in full (``:g`` made 1234567 into 1.23457e+06), to the ms for
+    seconds."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 def bar_chart(title: str, labels: Sequence[str], series: Mapping[str, Sequence[float]]) -> str:
     """Horizontal (stacked when several series) bars as an inline SVG element."""
     label_w, bar_w, row_h = 260.0, 420.0, 22
@@ -73,10 +81,11 @@ def bar_chart(title: str, labels: Sequence[str], series: Mapping[str, Sequence[f
             if w > 0:
                 parts.append(
                     f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}"'
-                    f' fill="{_COLOURS[k % 6]}"><title>{_e(label)}: {vals[i]:g}</title></rect>'
+                    f' fill="{_COLOURS[k % 6]}"><title>{_e(label)}: {figure(vals[i])}</title>'
+                    "</rect>"
                 )
             x += w
-        parts.append(f'<text x="{x + 6:.1f}" y="{y + 15}">{totals[i]:g}</text>')
+        parts.append(f'<text x="{x + 6:.1f}" y="{y + 15}">{figure(totals[i])}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -161,4 +170,4 @@ def render(report: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["bar_chart", "render"]
+__all__ = ["bar_chart", "figure", "render"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
@@ -32,6 +33,8 @@ FETCH_BUFFER_BYTES = 64 * 1024 * 1024
 _WIDE_COLUMNS = {"ACTIVEMQ_MSGS": "msg", "MQSTORE_HISTORY": "msg"}
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
 _DROPPED_PARAMS = {"host", "hostaddr", "port", "user", "password", "dbname"}
+#: What a table prefix may be: the start of an unquoted PostgreSQL name (or nothing).
+_PREFIX = re.compile(r"([^\W\d][\w$]*)?")
 
 
 class SourceError(ValueError):
@@ -74,8 +77,14 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
     parameters other than host/port/user/password are passed on (``sslmode`` and the
     like mean the same to pgjdbc). Port, database, user and password the DSN leaves out
     come from ``PGPORT``, ``PGDATABASE``, ``PGUSER`` and ``PGPASSWORD``, as for libpq.
-    A Unix-socket DSN is refused: pgjdbc speaks TCP only.
+    A Unix-socket DSN is refused: pgjdbc speaks TCP only; so is a ``prefix`` that cannot
+    begin an unquoted SQL name (no broker can use it; the jobs write it into their SQL).
     """
+    if not _PREFIX.fullmatch(prefix):
+        raise SourceError(
+            f"invalid --table-prefix {prefix!r}: a table prefix is the start of an unquoted "
+            "SQL name (letters, digits, '_' and '$', not first a digit or '$'), e.g. BRK1_"
+        )
     scheme, sep, _ = dsn.partition("://")
     if not sep or scheme not in _SCHEMES:
         got = f"got scheme {scheme!r}" if sep else "got no URL"  # never echo 'password=...'
@@ -84,7 +93,13 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
             "(libpq's keyword form 'host=... dbname=...' is not accepted; set MQSTORE_DSN "
             "or --dsn)"
         )
-    parts = urlsplit("postgresql://" + dsn.split("://", 1)[1])
+    try:
+        parts = urlsplit("postgresql://" + dsn.split("://", 1)[1])
+    except ValueError as exc:  # an unclosed '[' of an IPv6 host (the text never has the DSN)
+        raise SourceError(
+            f"invalid DSN: {exc} (write an IPv6 host in brackets, "
+            "postgresql://USER@[::1]:5432/DBNAME; set MQSTORE_DSN or --dsn)"
+        ) from None
     # As libpq: percent-decoded, a '+' kept (parse_qsl would make it a space).
     params = {
         unquote(k): unquote(v)
@@ -97,10 +112,7 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
             f"({'host=' + host if host else 'no host'}): give a TCP host, e.g. "
             "postgresql://USER@127.0.0.1:5432/DBNAME"
         )
-    try:  # a part the DSN leaves out is libpq's (which the checks before Spark connect with)
-        port = int(params.get("port") or parts.port or os.environ.get("PGPORT") or 5432)
-    except ValueError:
-        raise SourceError(f"invalid port in DSN host {parts.netloc.rpartition('@')[2]!r}") from None
+    port = _port(parts, params)
     database = (
         unquote(parts.path.lstrip("/")) or params.get("dbname") or os.environ.get("PGDATABASE")
     ) or ""
@@ -120,6 +132,24 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
     if password:
         props["password"] = password
     return JdbcSource(url=url, properties=props, prefix=prefix, fetchsize=fetchsize)
+
+
+def _port(parts: SplitResult, params: dict[str, str]) -> int:
+    """The DSN's port: its ``port`` parameter, the host's, else ``PGPORT``, else 5432, as
+    libpq takes it (the checks before Spark connect with libpq); :class:`SourceError`
+    naming where an unusable one comes from."""
+    host = parts.netloc.rpartition("@")[2]
+    _, colon, in_host = host.rpartition("]")[2].rpartition(":")
+    for raw, where in (
+        (params.get("port"), "the DSN's port parameter"),
+        (in_host if colon else None, f"the DSN host {host!r}"),
+        (os.environ.get("PGPORT"), "PGPORT"),
+    ):
+        if raw:
+            if raw.isascii() and raw.isdigit() and 0 < int(raw) < 65536:
+                return int(raw)
+            raise SourceError(f"invalid port {raw!r} in {where}: give a number from 1 to 65535")
+    return 5432
 
 
 def _libpq_url(dsn: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,91 @@ def test_a_report_write_that_fails_leaves_the_previous_report_whole(tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir()] == ["audit.json"]
     write_atomically(report, '{"violations": ["late"]}')
     assert report.read_text() == '{"violations": ["late"]}'
+
+
+@pytest.mark.parametrize(
+    ("dsn", "says"),
+    [
+        ("postgresql://u@[::1/db", "invalid DSN: Invalid IPv6 URL"),
+        ("postgresql://u@h:99999/db", "invalid port '99999' in the DSN host 'h:99999'"),
+        ("postgresql://u@h:5432/db?port=5x", "invalid port '5x' in the DSN's port parameter"),
+    ],
+)
+def test_a_malformed_dsn_is_one_line_naming_what_is_wrong(
+    dsn: str, says: str, tmp_path: Path
+) -> None:
+    with pytest.raises(SourceError, match=re.escape(says)):
+        jdbc_source(dsn)
+    app = typer.Typer()
+    cli.register(app)
+    result = CliRunner().invoke(app, ["export", "--out", str(tmp_path), "--dsn", dsn])
+    assert result.exit_code == 1 and result.exception is not None
+    assert not isinstance(result.exception, ValueError)  # no traceback
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"error: {says}")
+
+
+def test_thresholds_crossed_are_told_in_whole_figures() -> None:
+    """A depth of 1 234 567 against 1 000 000 read ``1.23457e+06 > 1e+06`` (so did its bar in
+    the HTML report), a backlog one over a million ``1e+06 > 1e+06``."""
+    from spark_etl.audit import Thresholds, check
+
+    sub = {"container": "topic://T", "client_id": "c", "sub_name": "s", "backlog": 1_000_001}
+    report = {
+        "destinations": [{"destination": "queue://A", "depth": 1_234_567}],
+        "subscriptions": [{**sub, "oldest_pending_age_ms": 12_345_678_901}],
+        "counts": {"expired": 0, "in_doubt": 0, "undecodable": 0, "duplicate_message_ids": 0},
+        "lock": {"lease_age_ms": 61_500},
+    }
+    limits = Thresholds(
+        max_depth=1_000_000, max_backlog=1_000_000, max_pending_age_s=3600, max_lease_age_s=60.25
+    )
+    assert check(report, limits) == [
+        "depth of queue://A: 1234567 > 1000000",
+        "backlog of topic://T c/s: 1000001 > 1000000",  # was 1e+06 > 1e+06
+        "pending age of topic://T c/s: 12345678.901 > 3600",
+        "lease age: 61.5 > 60.25",
+    ]
+    assert ">1234567</text>" in bar_chart("Depth per destination", ["queue://A"], {"n": [1234567]})
+
+
+def test_the_export_summary_shows_destination_names_with_brackets_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Destination names are text, not Rich markup: ``[prod]`` vanished from the table and
+    ``[/b]`` failed the command (a traceback, exit 1) after its run had committed."""
+    from spark_etl import export as export_mod
+
+    names = ["queue://events[prod]", "queue://a[/b]", "topic://x[bold]y"]
+    result = export_mod.ExportResult(
+        run_id="r1", messages=dict.fromkeys(names, 1), history={names[1]: 2}
+    )
+    monkeypatch.setattr(cli, "_preflight", lambda *_args: {"name": "db"})
+    monkeypatch.setattr(cli, "_session", lambda *_args: None)
+    monkeypatch.setattr(cli, "_stop", lambda _spark: None)
+    monkeypatch.setattr(export_mod, "export", lambda *_args, **_kw: result)
+    monkeypatch.setenv("COLUMNS", "200")
+    app = typer.Typer()
+    cli.register(app)
+    out = CliRunner().invoke(app, ["export", "--out", str(tmp_path), "--dsn", "postgresql://u@h/d"])
+    assert out.exit_code == 0, out.output
+    assert all(name in out.output for name in names), out.output
+
+
+def test_a_table_prefix_no_broker_can_use_is_named_not_blamed_on_the_connection(
+    tmp_path: Path,
+) -> None:
+    """``MQSTORE_TABLE_PREFIX="BRK1_ "`` (a stray space) read as 'cannot connect to
+    PostgreSQL (invalid name syntax): is the server running and the DSN right?'."""
+    assert jdbc_source("postgresql://u@h/d", "_Brk$1_").table("ACTIVEMQ_MSGS") == (
+        "_brk$1_activemq_msgs"
+    )
+    with pytest.raises(SourceError, match=r"invalid --table-prefix 'BRK1_ ': .*e\.g\. BRK1_"):
+        jdbc_source("postgresql://u@h/d", "BRK1_ ")
+    app = typer.Typer()
+    cli.register(app)
+    args = ["--out", str(tmp_path), "--dsn", "postgresql://u@h/d", "--table-prefix", "1 x"]
+    result = CliRunner().invoke(app, ["audit", *args])
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("error: invalid --table-prefix '1 x'")
