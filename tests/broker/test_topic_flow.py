@@ -62,6 +62,16 @@ class StalledReader(Raw):
         self.send(f"SUBSCRIBE\ndestination:{dest}\nid:1\nack:auto\nreceipt:s\n\n\x00".encode())
         assert self.frame().startswith(b"RECEIPT")
 
+    def subscribe_durable(self, dest: str, client_id: str, name: str) -> None:
+        """Connect as ``client_id`` and subscribe durably to topic ``dest`` as ``name``."""
+        head = f"heart-beat:0,0\nclient-id:{client_id}\n"
+        assert self.connect(head).startswith(b"CONNECTED")
+        self.send(
+            f"SUBSCRIBE\ndestination:{dest}\nid:1\nack:auto\n"
+            f"activemq.subscriptionName:{name}\nreceipt:s\n\n\x00".encode()
+        )
+        assert self.frame().startswith(b"RECEIPT")
+
     def numbers(self, until: int) -> list[int]:
         """Read MESSAGE frames up to the one with header ``n:until``; their ``n`` headers."""
         seen: list[int] = []
@@ -243,12 +253,7 @@ def test_pending_limit_drops_nothing_of_a_durable_subscriber_its_producers_wait(
     bt = BrokerThread(memory_store, dataclasses.replace(FAST, topic_pending_limit=100)).start()
     try:
         reader = StalledReader(bt.port)
-        assert reader.connect("heart-beat:0,0\nclient-id:slow\n").startswith(b"CONNECTED")
-        reader.send(
-            b"SUBSCRIBE\ndestination:/topic/kept\nid:1\nack:auto\n"
-            b"activemq.subscriptionName:d\nreceipt:s\n\n\x00"
-        )
-        assert reader.frame().startswith(b"RECEIPT")
+        reader.subscribe_durable("/topic/kept", "slow", "d")
         count = 4000  # 16 MiB
         producer = Producer(bt.port, "/topic/kept", count, 4096)
         producer.start()
@@ -329,12 +334,7 @@ def test_a_stalled_durable_subscriber_holds_back_non_persistent_producers(
     bt: BrokerThread,
 ) -> None:
     reader = StalledReader(bt.port)
-    assert reader.connect("heart-beat:0,0\nclient-id:slow-app\n").startswith(b"CONNECTED")
-    reader.send(
-        b"SUBSCRIBE\ndestination:/topic/ticks\nid:1\nack:auto\n"
-        b"activemq.subscriptionName:ticks\nreceipt:s\n\n\x00"
-    )
-    assert reader.frame().startswith(b"RECEIPT")
+    reader.subscribe_durable("/topic/ticks", "slow-app", "ticks")
     count = 96  # 48 MiB of non-persistent messages: only memory holds them
     producer = Producer(bt.port, "/topic/ticks", count, BIG)
     producer.start()
