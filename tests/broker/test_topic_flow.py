@@ -250,7 +250,10 @@ def test_pending_limit_drops_nothing_of_a_durable_subscriber_its_producers_wait(
 ) -> None:
     """The pending limit is for non-durable subscribers (as ActiveMQ's): a durable one's
     non-persistent messages are never dropped, so producers wait for it instead."""
-    bt = BrokerThread(memory_store, dataclasses.replace(FAST, topic_pending_limit=100)).start()
+    cfg = dataclasses.replace(
+        FAST, topic_pending_limit=100, topic_high_water=1 << 20, topic_low_water=512 * 1024
+    )  # a mark far below the 16 MiB sent, whatever the connection and sockets hold
+    bt = BrokerThread(memory_store, cfg).start()
     try:
         reader = StalledReader(bt.port)
         reader.subscribe_durable("/topic/kept", "slow", "d")
