@@ -485,9 +485,10 @@ def _journal_summary(directory: Path) -> dict[str, object] | None:
 
     try:
         report = inspect(directory)
-    except JournalError as exc:
+    except (JournalError, OSError) as exc:  # the database's figures are shown all the same
+        problem = f"cannot read {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else exc
         return {"directory": str(directory), "segments": 0, "records": 0,
-                "last_checkpoint": None, "problem": str(exc)}  # fmt: skip
+                "last_checkpoint": None, "problem": str(problem)}  # fmt: skip
     return {
         "directory": str(directory),
         "segments": len(report.segments),

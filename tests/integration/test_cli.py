@@ -7,6 +7,7 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
@@ -147,3 +148,19 @@ def test_stats_reads_a_database_only_activemq_used(empty_dsn: str, empty_engine:
     assert data["destinations"] == {"queue://FIXTURE.Q": 12, "topic://FIXTURE.T": 5}
     assert {s["name"]: s["backlog"] for s in data["subscriptions"]} == {"subA": 2, "subB": 5}
     assert data["lock"]["state"] == "free" and data["journal"] is None
+
+
+def test_stats_shows_the_database_when_the_journal_cannot_be_read(
+    empty_dsn: str, empty_engine: Engine, tmp_path: Path
+) -> None:
+    """A segment the process may not read (here a symlink loop, which root cannot read
+    either) is the journal's problem in the figures, not a failed command."""
+    load_activemq_fixture(empty_engine)
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    (journal / "0000000000000001.wal").symlink_to("0000000000000001.wal")
+    result = mqstore("stats", "--json", "--dsn", empty_dsn, "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["destinations"] == {"queue://FIXTURE.Q": 12, "topic://FIXTURE.T": 5}
+    assert data["journal"]["problem"].startswith(f"cannot read {journal}/0000000000000001.wal")
