@@ -87,10 +87,12 @@ def test_stomp_client_receives_activemq_rows(any_store: Store) -> None:
         broker.close()
 
 
-def test_malformed_body_goes_to_the_dlq(any_store: Store, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR)
-    _store(any_store, "queue://Q", [_malformed(1), _as_message(2, amq.STOMP_TEXT_WITH_NUL)])
-    broker = BrokerThread(any_store, FAST).start()
+def _dead_lettered(store: Store, bad: Message) -> Message:
+    """Store ``bad`` before a good message on queue Q; a consumer gets and acks only the
+    good one, and ``bad`` goes to the DLQ: the message stored there. Checks no other
+    message came within 0.3 s."""
+    _store(store, "queue://Q", [bad, _as_message(2, amq.STOMP_TEXT_WITH_NUL)])
+    broker = BrokerThread(store, FAST).start()
     try:
         c, col = connect(broker.port)
         c.subscribe("/queue/Q", id="s", ack="client-individual")
@@ -98,13 +100,20 @@ def test_malformed_body_goes_to_the_dlq(any_store: Store, caplog: pytest.LogCapt
         assert good.body == "a\x00b"
         c.ack(good.headers["ack"], receipt="a")
         assert col.wait(lambda: "a" in col.receipts)
-        assert wait_until(lambda: any_store.count(DLQ) == 1)
-        assert any_store.count("queue://Q") == 0
-        assert decode(any_store.page(DLQ, None, 1)[0].msg, lazy=True).content == b"not zlib"
-        assert "malformed body" in caplog.text and "moved to the DLQ" in caplog.text
+        assert wait_until(lambda: store.count(DLQ) == 1)
+        assert store.count("queue://Q") == 0
+        time.sleep(0.3)
+        assert len(col.messages) == 1
         c.disconnect()
+        return decode(store.page(DLQ, None, 1)[0].msg, lazy=True)
     finally:
         broker.close()
+
+
+def test_malformed_body_goes_to_the_dlq(any_store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR)
+    assert _dead_lettered(any_store, _malformed(1)).content == b"not zlib"
+    assert "malformed body" in caplog.text and "moved to the DLQ" in caplog.text
 
 
 def test_malformed_properties_go_to_the_dlq_intact(
@@ -114,25 +123,9 @@ def test_malformed_properties_go_to_the_dlq_intact(
     the DLQ with its bytes as they were stored, as a malformed body does."""
     caplog.set_level(logging.ERROR)
     bad = _as_message(1, amq.STOMP_EMOJI).replace(marshalled_properties=b"\x00\x00\x00\x05ab")
-    _store(any_store, "queue://Q", [bad, _as_message(2, amq.STOMP_TEXT_WITH_NUL)])
-    broker = BrokerThread(any_store, FAST).start()
-    try:
-        c, col = connect(broker.port)
-        c.subscribe("/queue/Q", id="s", ack="client-individual")
-        (good,) = col.wait_messages(1)
-        assert good.body == "a\x00b"
-        c.ack(good.headers["ack"], receipt="a")
-        assert col.wait(lambda: "a" in col.receipts)
-        assert wait_until(lambda: any_store.count(DLQ) == 1)
-        assert any_store.count("queue://Q") == 0
-        moved = decode(any_store.page(DLQ, None, 1)[0].msg, lazy=True)
-        assert moved.marshalled_properties == bad.marshalled_properties
-        assert "malformed properties" in caplog.text and "moved to the DLQ" in caplog.text
-        time.sleep(0.3)
-        assert len(col.messages) == 1
-        c.disconnect()
-    finally:
-        broker.close()
+    moved = _dead_lettered(any_store, bad)
+    assert moved.marshalled_properties == bad.marshalled_properties
+    assert "malformed properties" in caplog.text and "moved to the DLQ" in caplog.text
 
 
 def test_malformed_body_on_a_durable_subscription_goes_to_the_dlq(any_store: Store) -> None:
