@@ -76,12 +76,11 @@ from mqstore.store.model import (
 )
 from mqstore.store.postgres import PostgresStore
 from mqstore.store.validation import (
-    check_acks,
     check_batch,
     check_body,
     check_container,
-    check_messages,
     check_subscription,
+    check_work,
 )
 
 __all__ = [
@@ -532,10 +531,7 @@ class JournaledStore(MergedReads):
         *,
         wait: bool = True,
     ) -> tuple[list[int], int]:
-        check_messages(adds, self.pg.max_message_bytes)
-        for removal in removes:
-            check_container(removal.container)
-        check_acks(acks)
+        check_work(adds, removes, acks, self.pg.max_message_bytes)
         if adds:
             self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds), wait)
         with self._writing(wait):

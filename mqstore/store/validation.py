@@ -6,7 +6,14 @@ from collections.abc import Sequence
 
 from mqstore.errors import DuplicateMessageError, InvalidMessageError
 from mqstore.schema import NAME_LENGTH
-from mqstore.store.model import CONTAINER_PREFIXES, Ack, Batch, NewMessage, SubscriptionKey
+from mqstore.store.model import (
+    CONTAINER_PREFIXES,
+    Ack,
+    Batch,
+    NewMessage,
+    Removal,
+    SubscriptionKey,
+)
 
 #: The range of a Java ``long``, and of ActiveMQ's BIGINT columns.
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -122,9 +129,16 @@ def check_acks(acks: Sequence[Ack]) -> None:
             )
 
 
-def check_batch(batch: Batch, max_bytes: int) -> None:
-    """Validate everything a batch writes; raises before anything is written."""
-    check_messages(batch.adds, max_bytes)
-    for removal in batch.removes:
+def check_work(
+    adds: Sequence[NewMessage], removes: Sequence[Removal], acks: Sequence[Ack], max_bytes: int
+) -> None:
+    """Validate everything one write stores; raises before anything is written."""
+    check_messages(adds, max_bytes)
+    for removal in removes:
         check_container(removal.container)
-    check_acks(batch.acks)
+    check_acks(acks)
+
+
+def check_batch(batch: Batch, max_bytes: int) -> None:
+    """:func:`check_work` for a :class:`Batch`."""
+    check_work(batch.adds, batch.removes, batch.acks, max_bytes)
