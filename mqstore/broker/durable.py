@@ -201,6 +201,8 @@ class DurableSub:
     async def _page(self, limit: int, max_bytes: int) -> None:
         broker = self.topic.broker
         policy = broker.config.redelivery
+        key = self.key
+        where = f"durable subscription {key.client_id}/{key.sub_name} of {key.container}"
         try:
             skipped, session = self._left.count, self._session
             self.cursor = self._left.rewind(self.cursor)
@@ -222,8 +224,6 @@ class DurableSub:
                     full = True  # this row and the rest wait in the store for a later page
                     break
                 self.cursor = row.cursor
-                key = self.key
-                where = f"durable subscription {key.client_id}/{key.sub_name} of {key.container}"
                 msg = broker.read_row(row, 0, where)
                 if msg is None:
                     continue
