@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from mqstore import openwire
 from mqstore.broker.frames import Frame, FrameError
 from mqstore.openwire import Destination, Message, MessageKind, ProducerId
+from mqstore.openwire.destnames import JAVA_BLANK
 from mqstore.openwire.jformat import value_of
 from mqstore.store.model import NewMessage, StoredMessage
 
@@ -31,10 +32,6 @@ _RESERVED = _JMS_SETTERS | {
 _REPLY_KINDS = ("queue", "topic", "temp-queue", "temp-topic")
 
 
-#: What Java's ``String.trim()`` strips, as ActiveMQ does from a destination name.
-_JAVA_BLANK = "".join(map(chr, range(33)))
-
-
 def container_of(stomp_dest: str) -> str:
     """``/queue/NAME`` -> ``queue://NAME`` (also ``/topic/``); anything else is an error.
 
@@ -44,7 +41,7 @@ def container_of(stomp_dest: str) -> str:
     too."""
     for prefix, scheme in (("/queue/", "queue://"), ("/topic/", "topic://")):
         if stomp_dest.startswith(prefix):
-            name = stomp_dest[len(prefix) :].partition("?")[0].strip(_JAVA_BLANK)
+            name = stomp_dest[len(prefix) :].partition("?")[0].strip(JAVA_BLANK)
             if not name:
                 raise FrameError(f"destination {stomp_dest!r} has an empty name")
             _refuse_pattern(stomp_dest, name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 #: What Java's ``String.trim()`` strips: every char up to U+0020.
-_BLANK = "".join(map(chr, range(33)))
+JAVA_BLANK = "".join(map(chr, range(33)))
 #: Prefixes a part of a composite name (``a,topic://b``) may carry.
 _PREFIXES = ("queue://", "topic://", "temp-queue://", "temp-topic://")
 #: A ``%`` that does not start a two-hex-digit escape (``URLDecoder`` throws; it also takes
@@ -27,7 +27,7 @@ def name_problem(name: str | None) -> str | None:
     """
     if name is None:
         return "no name (null)"
-    name = name.strip(_BLANK)
+    name = name.strip(JAVA_BLANK)
     if not name:
         return "a blank name"
     base, question, options = name.partition("?")
@@ -36,8 +36,8 @@ def name_problem(name: str | None) -> str | None:
             if "=" in option and _BAD_ESCAPE.search(option):
                 return f"option {option!r} is not properly %-encoded"
     if "," in base:
-        for part in (raw.strip(_BLANK) for raw in base.split(",")):
+        for part in (raw.strip(JAVA_BLANK) for raw in base.split(",")):
             for prefix in _PREFIXES:
-                if part.startswith(prefix) and not part[len(prefix) :].strip(_BLANK):
+                if part.startswith(prefix) and not part[len(prefix) :].strip(JAVA_BLANK):
                     return f"composite part {part!r} has no name"
     return None
