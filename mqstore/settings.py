@@ -9,6 +9,7 @@ import difflib
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -195,7 +196,7 @@ def _source(loc: tuple[int | str, ...], given: dict[str, object]) -> str:
     return variable if name not in given and variable in os.environ else name
 
 
-def misspelt_variables(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+def misspelt_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """``MQSTORE_`` variables that are no setting but look like one's misspelling, with
     that setting's variable (others, such as the Spark jobs' own, are left alone)."""
     known = [f"MQSTORE_{name.upper()}" for name in Settings.model_fields]
