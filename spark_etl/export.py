@@ -39,7 +39,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -484,9 +483,7 @@ def _not_archived(
     """How many of ``rows`` (``keys`` columns) neither ``archive`` nor ``staged`` holds
     (nulls equal: ``MSGID_PROD`` and ``MSGID_SEQ`` may be null)."""
     if any(archive.rglob("*.parquet")):
-        held = read_dataset(spark, archive).select(*[sf.col(k).alias(f"_a_{k}") for k in keys])
-        same = reduce(lambda a, b: a & b, [rows[k].eqNullSafe(held[f"_a_{k}"]) for k in keys])
-        rows = rows.join(held, same, "left_anti")
+        rows = match_rows(rows, read_dataset(spark, archive), "left_anti", keys)
     if any(staged.rglob("*.parquet")):
         rows = rows.join(spark.read.parquet(str(staged)).select(keys[0]), keys[0], "left_anti")
     return rows.count()

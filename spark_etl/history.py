@@ -9,6 +9,7 @@ exported (deduplicated on ``hist_id``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
@@ -42,11 +43,13 @@ _MAX_KEY_LIST = 5_000
 ROW_KEY = ("id", "msgid_prod", "msgid_seq")
 
 
-def match_rows(rows: DataFrame, others: DataFrame, how: str) -> DataFrame:
-    """``rows`` joined ``how`` (``left_semi``, ``left_anti``) to ``others`` on :data:`ROW_KEY`
+def match_rows(
+    rows: DataFrame, others: DataFrame, how: str, on: Sequence[str] = ROW_KEY
+) -> DataFrame:
+    """``rows`` joined ``how`` (``left_semi``, ``left_anti``) to ``others`` on columns ``on``
     (nulls equal: ActiveMQ's ``MSGID_PROD`` and ``MSGID_SEQ`` may be null)."""
-    keys = others.select(*[sf.col(c).alias(f"_other_{c}") for c in ROW_KEY])
-    same = reduce(lambda a, b: a & b, [rows[c].eqNullSafe(keys[f"_other_{c}"]) for c in ROW_KEY])
+    keys = others.select(*[sf.col(c).alias(f"_other_{c}") for c in on])
+    same = reduce(lambda a, b: a & b, [rows[c].eqNullSafe(keys[f"_other_{c}"]) for c in on])
     return rows.join(keys, same, how)
 
 
