@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from typing import Any
 
 import pytest
 
@@ -16,26 +17,37 @@ from tests.broker.harness import BrokerThread, HeldCommit, connect, wait_until
 P = {"persistent": "true"}
 
 
+def _acked_behind_a_held_commit(
+    bt: BrokerThread, commits: HeldCommit, queue: str, count: int
+) -> tuple[Any, Any, Any, Any]:
+    """``count`` stored messages on ``queue``, delivered to a client-individual consumer,
+    then one more SEND whose commit ``commits`` holds, and an ACK without a receipt for
+    each message, queued behind it. The producer and the consumer, each with its listener."""
+    prod, pcol = connect(bt.port)
+    for i in range(count):
+        prod.send(f"/queue/{queue}", f"m{i}", headers=P, receipt=f"r{i}")
+    assert pcol.wait(lambda: len(pcol.receipts) == count)
+    cons, col = connect(bt.port)
+    cons.subscribe(f"/queue/{queue}", id="s", ack="client-individual")
+    msgs = col.wait_messages(count)
+    commits.armed = True
+    prod.send("/queue/other", "x", headers=P, receipt="slow")  # its commit is held
+    assert commits.held.wait(10)
+    for m in msgs:
+        cons.ack(m.headers["ack"])
+    return prod, pcol, cons, col
+
+
 def test_acks_piled_up_past_max_batch_behind_a_slow_commit_are_all_stored(
     memory_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     commits = HeldCommit(memory_store, monkeypatch)
-    hold, held = commits.hold, commits.held
+    hold = commits.hold
     cfg = dataclasses.replace(FAST, max_batch=4)
     bt = BrokerThread(memory_store, cfg).start()
     try:
-        prod, pcol = connect(bt.port)
-        for i in range(6):
-            prod.send("/queue/w", f"m{i}", headers=P, receipt=f"r{i}")
-        assert pcol.wait(lambda: len(pcol.receipts) == 6)
-        cons, col = connect(bt.port)
-        cons.subscribe("/queue/w", id="s", ack="client-individual")
-        msgs = col.wait_messages(6)
-        commits.armed = True
-        prod.send("/queue/other", "x", headers=P, receipt="slow")  # its commit is held
-        assert held.wait(10)
-        for m in msgs:  # six ACKs without a receipt queue up behind it
-            cons.ack(m.headers["ack"])
+        # six ACKs without a receipt queue up behind the held commit
+        prod, pcol, cons, _ = _acked_behind_a_held_commit(bt, commits, "w", 6)
         assert wait_until(lambda: bt.snapshot()["store_writer"]["backlog"] == 6)
         # Their linger timer was set before this sleep's: once it is over, they are due.
         bt.call(asyncio.sleep(0.05))
@@ -57,21 +69,10 @@ def test_a_disconnect_receipt_comes_once_the_acks_before_it_are_stored(
     """A client that acks without receipts and ends with DISCONNECT + receipt (the graceful
     close STOMP describes) may take that receipt to mean its acks are done."""
     commits = HeldCommit(memory_store, monkeypatch)
-    hold, held = commits.hold, commits.held
+    hold = commits.hold
     bt = BrokerThread(memory_store, FAST).start()
     try:
-        prod, pcol = connect(bt.port)
-        for i in range(3):
-            prod.send("/queue/d", f"m{i}", headers=P, receipt=f"r{i}")
-        assert pcol.wait(lambda: len(pcol.receipts) == 3)
-        cons, col = connect(bt.port)
-        cons.subscribe("/queue/d", id="s", ack="client-individual")
-        msgs = col.wait_messages(3)
-        commits.armed = True
-        prod.send("/queue/other", "x", headers=P, receipt="slow")  # its commit is held
-        assert held.wait(10)
-        for m in msgs:
-            cons.ack(m.headers["ack"])
+        prod, _, cons, col = _acked_behind_a_held_commit(bt, commits, "d", 3)
         threading.Timer(0.5, hold.set).start()
         cons.send_frame("DISCONNECT", {"receipt": "bye"})
         assert col.wait(lambda: "bye" in col.receipts)
