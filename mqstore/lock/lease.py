@@ -16,9 +16,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from mqstore.db import describe_connect_error
 from mqstore.errors import ConfigError, LockLostError
 from mqstore.lock.guard import Guard
 from mqstore.lock.locker import Renewal
+from mqstore.lock.retries import RetryWarnings
 from mqstore.lock.status import LockStatus, read_lock
 from mqstore.schema import StoreSchema
 
@@ -35,6 +37,10 @@ _GUARD_SEEN = sa.text(
     "AS bigint) AS up_ms, "
     "EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = :name) AS alive"
 )
+
+#: How many lease ends a holder remembers having sent since its last confirmed renewal:
+#: renewals whose reply was lost may each have committed (a 5 s renewal fills it in 80 min).
+MAX_UNCONFIRMED_LEASES = 1000
 
 #: A holder reopens its guard session within a fraction of a second of the database
 #: answering again; a renewal this long after the server started proves the guard was open.
@@ -107,6 +113,10 @@ class LeaseLocker:
         self._lost = ""  # why the lease was lost, once it was
         self._unanswered_since: float | None = None  # renewals failing since (monotonic)
         self._told_expired = False
+        # the TIME values this holder wrote (the last confirmed one, then any whose outcome
+        # is unknown): a renewal and a release match only these, so a second process under
+        # this name that took the lease is never renewed or released over (see renew())
+        self._ends: list[int] = []
         self._mutex = threading.Lock()
         self._guard: Guard | None = None
         # the holder the lock row named when its guard was seen alive, and the watch session
@@ -135,27 +145,28 @@ class LeaseLocker:
     def try_acquire(self) -> bool:
         """One attempt: ActiveMQ's ``TIME IS NULL OR TIME < now`` conditional UPDATE."""
         lock = self.schema.lock
-        started = self._take(lambda now: sa.or_(lock.c.time.is_(None), lock.c.time < now))
-        return started is not None and self._became_master(started)
+        taken = self._take(lambda now: sa.or_(lock.c.time.is_(None), lock.c.time < now))
+        return taken is not None and self._became_master(*taken)
 
     def _take(
         self, condition: Callable[[int], sa.ColumnElement[bool]], dead: str | None = None
-    ) -> float | None:
+    ) -> tuple[float, int] | None:
         """Write the lease if ``condition(now)`` holds, on a session that becomes this
         broker's guard in the same transaction, before it commits (see the class doc); with
         ``dead``, only if no guard of that holder is open once the UPDATE holds the row.
-        Returns when the UPDATE was sent, or None when the lease was not taken."""
+        Returns when the UPDATE was sent and the lease end it wrote, or None when the lease
+        was not taken."""
         conn = self.engine.connect()
         guard: Guard | None = None
         try:
-            started, taken = self._write_lease(conn, condition)
+            started, until = self._write_lease(conn, condition)
             # The first look at pg_stat_activity in this transaction (it is read once per
             # transaction), after the UPDATE locked the row: a holder's acquisition that
             # committed before it had named its guard before that.
-            if taken and dead is not None and self._see_guard(conn, dead).alive:
+            if until is not None and dead is not None and self._see_guard(conn, dead).alive:
                 log.info("the guard session of %s is open: not taking over its lease", dead)
-                taken = False
-            if not taken:
+                until = None
+            if until is None:
                 conn.rollback()
                 return None
             guard = Guard(self.engine, self.guard_name(self.holder), self.renew_interval_s)
@@ -169,25 +180,43 @@ class LeaseLocker:
             if guard is None:
                 conn.close()
         self._install_guard(guard)
-        return started
+        return started, until
 
     def _write_lease(
-        self, conn: Connection, condition: Callable[[int], sa.ColumnElement[bool]]
-    ) -> tuple[float, bool]:
+        self,
+        conn: Connection,
+        condition: Callable[[int], sa.ColumnElement[bool]],
+        unconfirmed: bool = False,
+    ) -> tuple[float, int | None]:
         """ActiveMQ's conditional lease UPDATE: the row names this broker until now + lease,
-        if ``condition(now)`` holds. Returns when it was sent and whether the row matched."""
+        if ``condition(now)`` holds. Returns when it was sent and the lease end it wrote, or
+        None when the row did not match. With ``unconfirmed`` the end is remembered before
+        the UPDATE is sent: until the commit is confirmed, the row may hold it."""
         lock = self.schema.lock
         started = time.monotonic()
         now = self._now_ms(conn)
+        until = now + self.lease_ms
+        if unconfirmed:
+            with self._mutex:
+                self._ends.append(until)
+                del self._ends[:-MAX_UNCONFIRMED_LEASES]
         result = conn.execute(
             sa.update(lock)
             .where(condition(now), lock.c.id == 1)
-            .values(broker_name=self.holder, time=now + self.lease_ms)
+            .values(broker_name=self.holder, time=until)
         )
-        return started, result.rowcount == 1
+        return started, until if result.rowcount == 1 else None
 
-    def _became_master(self, started: float) -> bool:
+    def _ours(self) -> sa.ColumnElement[bool]:
+        """The lock row as this holder left it: its name, and a lease end it wrote."""
+        lock = self.schema.lock
         with self._mutex:
+            ends = list(self._ends)
+        return sa.and_(lock.c.broker_name == self.holder, lock.c.time.in_(ends))
+
+    def _became_master(self, started: float, until: int) -> bool:
+        with self._mutex:
+            self._ends = [until]
             self._held, self._deadline = True, started + self.lease_ms / 1000
             self._lost, self._unanswered_since, self._told_expired = "", None, False
         return self.renew() is not Renewal.LOST  # a loss closes the guard
@@ -259,11 +288,11 @@ class LeaseLocker:
         the UPDATE holds the row, no guard of ``dead`` is open (it may have taken the lease
         again since it was found gone)."""
         lock = self.schema.lock
-        started = self._take(lambda _now: lock.c.broker_name == dead, dead=dead)
-        if started is None:
+        taken = self._take(lambda _now: lock.c.broker_name == dead, dead=dead)
+        if taken is None:
             return False
         log.warning("master %s is gone (%s): taking over its lease now", dead, why)
-        return self._became_master(started)
+        return self._became_master(*taken)
 
     def _standby_check(self, conn: Connection, status: LockStatus) -> bool:
         """While waiting: watch the holder's guard; take over the moment it disappears while
@@ -299,6 +328,7 @@ class LeaseLocker:
 
     def acquire(self, stop: threading.Event) -> bool:
         last_seen: LockStatus | None = None
+        retries = RetryWarnings(log)
         try:
             while not stop.is_set():
                 try:
@@ -314,12 +344,15 @@ class LeaseLocker:
                     if self._standby_check(conn, status):
                         return True
                     conn.rollback()
+                    retries.succeeded()
                     if status != last_seen:
                         log.info("waiting as slave: lock %s", status.describe())
                         last_seen = status
                 except SQLAlchemyError as exc:
                     self._drop_watch()
-                    log.warning("lock attempt failed, retrying: %s", str(exc).splitlines()[0])
+                    retries.failed(
+                        "lock attempt failed", describe_connect_error(exc, self.engine.url)
+                    )
                 stop.wait(self.poll_s)
             return False
         finally:
@@ -374,10 +407,13 @@ class LeaseLocker:
         return self.renew() is not Renewal.LOST
 
     def renew(self) -> Renewal:
-        """ActiveMQ's renewal: ``UPDATE ... WHERE BROKER_NAME = me``; 0 rows means the lease
-        is lost. A database that does not answer is not a loss: the lease stays ours until
-        its local deadline (then writes are refused), and the next renewal that gets through
-        keeps it if no other broker took it meanwhile."""
+        """ActiveMQ's renewal, ``UPDATE ... WHERE BROKER_NAME = me``, also matching only a
+        TIME this holder wrote; 0 rows means the lease is lost. ActiveMQ's form alone would
+        renew the lease of a second process under this name that took it (after this one's
+        lease ran out, or its guard session ended): both would stay master. A database that
+        does not answer is not a loss: the lease stays ours until its local deadline (then
+        writes are refused), and the next renewal that gets through keeps it if no other
+        broker took it meanwhile."""
         if self.lost_reason:
             return Renewal.LOST
         try:
@@ -391,7 +427,7 @@ class LeaseLocker:
         except SQLAlchemyError as exc:  # the database, or no pooled connection in time
             return self._unanswered(exc)
         if status is not None:
-            self._lose(f"the lock {self.schema.lock.name} is now {status.describe()}")
+            self._lose(self._loss(status))
             return Renewal.LOST
         with self._mutex:
             self._held, self._deadline = True, started + self.lease_ms / 1000
@@ -408,10 +444,24 @@ class LeaseLocker:
 
     def _renew_once(self) -> tuple[float, LockStatus | None]:
         """One renewal: when it was sent, and the lock row if the renewal did not match it."""
-        lock = self.schema.lock
+        ours = self._ours()
         with self.engine.begin() as conn:
-            started, kept = self._write_lease(conn, lambda _now: lock.c.broker_name == self.holder)
-            return started, None if kept else read_lock(conn, self.schema)
+            started, until = self._write_lease(conn, lambda _now: ours, unconfirmed=True)
+            status = None if until is not None else read_lock(conn, self.schema)
+        if until is not None:
+            with self._mutex:
+                self._ends = [until]
+        return started, status
+
+    def _loss(self, status: LockStatus) -> str:
+        name = self.schema.lock.name
+        if status.broker_name == self.holder:
+            return (
+                f"the lock {name} was renewed by another process under this broker's name "
+                f"{self.holder!r} (it is {status.describe()}); give each broker its own "
+                "--broker-name"
+            )
+        return f"the lock {name} is now {status.describe()}"
 
     def _unanswered(self, exc: SQLAlchemyError) -> Renewal:
         cause = str(exc).splitlines()[0]
@@ -443,7 +493,8 @@ class LeaseLocker:
             return self._held and time.monotonic() < self._deadline
 
     def release(self) -> None:
-        """ActiveMQ's release: BROKER_NAME NULL, TIME 0, only if we hold it."""
+        """ActiveMQ's release: BROKER_NAME NULL, TIME 0, only if we hold it (the row as this
+        holder wrote it, see :meth:`renew`)."""
         lock = self.schema.lock
         with self._mutex:
             self._held = False
@@ -452,7 +503,7 @@ class LeaseLocker:
             with self.engine.begin() as conn:
                 conn.execute(
                     sa.update(lock)
-                    .where(lock.c.broker_name == self.holder, lock.c.id == 1)
+                    .where(self._ours(), lock.c.id == 1)
                     .values(broker_name=None, time=0)
                 )
         except DBAPIError as exc:

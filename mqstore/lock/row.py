@@ -12,9 +12,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
+from mqstore.db import LOCK_NOT_AVAILABLE, describe_connect_error, sqlstate
 from mqstore.errors import LockError, LockLostError
 from mqstore.lock.locker import Renewal
+from mqstore.lock.retries import RetryWarnings
 from mqstore.schema import StoreSchema
 from mqstore.statements import LOCK_SESSION_ALIVE
 
@@ -58,6 +59,7 @@ class RowLocker:
     def acquire(self, stop: threading.Event) -> bool:
         lock = self.schema.lock
         row = sa.select(lock).where(lock.c.id == 1)
+        retries, url = RetryWarnings(log), self.engine.url
         while not stop.is_set():
             conn = self.engine.connect()
             try:
@@ -70,7 +72,7 @@ class RowLocker:
                 conn.rollback()
                 conn.close()
                 if sqlstate(exc) != LOCK_NOT_AVAILABLE:
-                    log.warning("row lock attempt failed: %s", str(exc).splitlines()[0])
+                    retries.failed("row lock attempt failed", describe_connect_error(exc, url))
                     stop.wait(self.poll_ms / 1000)
                 continue
             if not taken:

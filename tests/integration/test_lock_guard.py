@@ -4,15 +4,20 @@ database could not renew fences writes until it can; a journaled broker's own le
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
+from collections.abc import Iterator
+from typing import cast
 
 import psycopg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import OperationalError
 
-from mqstore.db import libpq_dsn
+from mqstore.db import create_engine, libpq_dsn
 from mqstore.errors import DatabaseUnavailableError, LockError, LockLostError
 from mqstore.lock import GUARD_GRACE_MS, ExclusiveLease, LeaseLocker, Renewal, read_lock
 from mqstore.schema import build_schema
@@ -181,6 +186,66 @@ def test_a_broker_under_the_same_name_never_takes_a_lease_just_acquired(
         stop.set()
         second.release()
         first.release()
+
+
+def test_a_master_whose_lease_a_process_under_its_name_took_loses_it(engine: Engine) -> None:
+    """Two processes under one name: the second takes the lease once the first's ran out
+    (the first stalled). The first's next renewal must not keep the lease the second now
+    holds, nor may its release free it: one master, and it is the second."""
+    first = _locker(engine, "same", lease_ms=1500)
+    assert first.acquire(threading.Event())
+    second = _locker(engine, "same", lease_ms=30_000)
+    try:
+        assert wait_until(second.try_acquire, 5.0, 0.1)  # once the first's lease ran out
+        assert first.renew() is Renewal.LOST, "two masters under one name"
+        assert "another process under this broker's name 'same'" in first.lost_reason
+        assert not first.is_held()
+        first.release()
+        assert _holder(engine) == ("same",)
+        assert second.renew() is Renewal.KEPT
+        assert second.is_held()
+    finally:
+        second.release()
+    assert _holder(engine) == (None,)
+
+
+class _ReplyLostAfterCommit:
+    """An engine whose next ``begin()`` commits and then fails, as when the connection
+    dies after the server committed but before its reply arrived."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.armed = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.engine, name)
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+        if self.armed:
+            self.armed = False
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+
+def test_a_renewal_whose_reply_was_lost_keeps_the_lease(engine: Engine) -> None:
+    """The lost renewal may have committed its lease end: the next one must still know the
+    row as its own."""
+    flaky = _ReplyLostAfterCommit(engine)
+    locker = LeaseLocker(
+        cast(Engine, flaky), SCHEMA, "m1", lease_ms=30_000, renew_ms=1000, poll_ms=100
+    )
+    assert locker.acquire(threading.Event())
+    try:
+        flaky.armed = True
+        assert locker.renew() is Renewal.UNREACHABLE
+        assert not flaky.armed
+        assert locker.renew() is Renewal.KEPT, locker.lost_reason
+        assert locker.renew() is Renewal.KEPT
+    finally:
+        locker.release()
+    assert _holder(engine) == (None,)
 
 
 def test_a_takeover_spares_a_holder_whose_guard_is_open(engine: Engine) -> None:
@@ -422,3 +487,31 @@ def test_a_journaled_broker_does_not_take_its_name_from_a_running_broker(engine:
         stop.set()
         renewer.join(5)
         running.release()
+
+
+def test_a_standby_on_a_read_only_database_warns_once_and_says_why(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every attempt fails the same way (a standby's DSN): one warning naming the cause and
+    what to do, not one per poll."""
+    read_only = make_url(dsn).update_query_dict({"options": "-cdefault_transaction_read_only=on"})
+    engine = create_engine(read_only.render_as_string(hide_password=False))
+    standby = LeaseLocker(engine, SCHEMA, "m1", lease_ms=4000, renew_ms=1000, poll_ms=20)
+    stop = threading.Event()
+    polled = threading.Thread(target=standby.acquire, args=(stop,), daemon=True)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="mqstore.lock"):
+            polled.start()
+            assert wait_until(lambda: len(_lock_attempts(caplog)) >= 10, 30.0, 0.05)
+            stop.set()
+            polled.join(10)
+        warned = [r for r in _lock_attempts(caplog) if r.levelno == logging.WARNING]
+        assert len(warned) == 1, [r.getMessage() for r in warned]
+        assert "point the DSN at the primary" in warned[0].getMessage()
+    finally:
+        stop.set()
+        engine.dispose()
+
+
+def _lock_attempts(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "lock attempt failed" in r.getMessage()]
