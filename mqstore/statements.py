@@ -44,13 +44,15 @@ class Statements:
     #: Advance LAST_ACKED_ID of each (container, client, sub, priority) in the arrays
     #: :containers, :clients, :subs, :priorities to :ids, never backwards.
     ack_subscription: TextClause
-    #: Up to :limit topic message IDs every subscription (per priority) has acknowledged.
+    #: Up to :limit (ID, container) of topic messages every subscription (per priority) has
+    #: acknowledged; no bodies, which a cleanup never needs.
     cleanup_candidates: TextClause
     #: Visible topic message IDs with no subscription left at all (prepared rows stay).
     orphan_topic_ids: TextClause
-    #: Expired visible messages, oldest first.
+    #: Expired visible messages by (EXPIRATION, ID), at most :limit, bounded by :max_bytes
+    #: as a page is: see :func:`bytes_bounded_expiry`.
     expired: TextClause
-    #: ``expired``, locking the rows it returns and skipping rows a removal holds.
+    #: ``expired``, locking its :limit candidate rows first and skipping rows a removal holds.
     expired_locked: TextClause
     #: ActiveMQ's start-up sequence: max(MAX(ID), MAX(LAST_ACKED_ID)).
     last_sequence: TextClause
@@ -61,6 +63,13 @@ class Statements:
     trim_history: TextClause
     #: How many history rows ``trim_history`` would delete in all (ignores :limit).
     count_trimmable_history: TextClause
+    #: Mark the visible rows (container, id) in :ids, :containers with the XID :xid (an XA
+    #: prepared removal); returns the (id, container) of the rows marked.
+    xa_mark_removals: TextClause
+    #: Move prepared rows :old_ids to :new_ids and make them visible (an XA commit's adds).
+    xa_move_adds: TextClause
+    #: Clear the XID of the rows :ids (an XA commit's removals, a rollback's adds and removals).
+    xa_clear_xids: TextClause
 
 
 class Rows(IntEnum):
@@ -221,6 +230,29 @@ def bytes_bounded_page(source: str) -> str:
     )
 
 
+def bytes_bounded_expiry(source: str, *, locked: bool = False, candidates: bool = False) -> str:
+    """An expiry query over ``source`` (``FROM ... m WHERE ...``): of the first ``:limit``
+    rows by (EXPIRATION, ID), those whose predecessors' MSG bytes stay below ``:max_bytes``,
+    as a page is bounded (:func:`bytes_bounded_page`: the first row always). The sizes come
+    from ``octet_length``, which reads no out-of-line body, so bodies of rows past the bound
+    are never read. ``locked`` locks the ``:limit`` rows first, skipping rows a removal holds;
+    ``candidates`` adds a last column, how many of those rows there were."""
+    cols = ", ".join(f"m.{c}" for c in PAGE_COLUMNS.split(", "))
+    lock = " FOR UPDATE OF m SKIP LOCKED" if locked else ""
+    extra = ", candidates" if candidates else ""
+    return (
+        f"SELECT {PAGE_COLUMNS}{extra} FROM (SELECT c.*, "
+        "sum(coalesce(octet_length(c.msg), 0)) OVER w - coalesce(octet_length(c.msg), 0) "
+        "AS bytes_before"
+        + (", count(*) OVER () AS candidates" if candidates else "")
+        + f" FROM (SELECT {cols} "
+        + source
+        + f"ORDER BY m.expiration, m.id LIMIT :limit{lock}) c "
+        "WINDOW w AS (ORDER BY c.expiration, c.id ROWS UNBOUNDED PRECEDING)) e "
+        "WHERE e.bytes_before < :max_bytes ORDER BY expiration, id"
+    )
+
+
 @lru_cache(maxsize=16)
 def statements_for(prefix: str = "") -> Statements:
     """Build (once) the statements for ``prefix``."""
@@ -228,11 +260,7 @@ def statements_for(prefix: str = "") -> Statements:
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
     removal = f"WITH {', '.join(_removal_ctes(m, ''))} "
     trimmable = "removed_at < :before AND hist_id <= :upto"
-    expired = (
-        f"SELECT id, container, msgid_prod, msgid_seq, expiration, priority, msg, xid "
-        f"FROM {m} WHERE expiration > 0 AND expiration < :now AND xid IS NULL "
-        "ORDER BY expiration LIMIT :limit"
-    )
+    expired = f"FROM {m} m WHERE m.expiration > 0 AND m.expiration < :now AND m.xid IS NULL "
     pending = (
         f"FROM {m} m JOIN {a} d ON m.container = d.container AND m.priority = d.priority "
         "WHERE d.container = :container AND d.client_id = :client_id "
@@ -275,7 +303,8 @@ def statements_for(prefix: str = "") -> Statements:
         ),
         ack_subscription=sa.text(_ack_update(a, "")),
         cleanup_candidates=sa.text(
-            f"SELECT m.id FROM (SELECT container, priority, min(last_acked_id) AS upto "
+            f"SELECT m.id, m.container FROM (SELECT container, priority, "
+            "min(last_acked_id) AS upto "
             f"FROM {a} WHERE container LIKE 'topic://%' GROUP BY container, priority) s "
             f"JOIN {m} m ON m.container = s.container AND (- m.priority) = (- s.priority) "
             "AND m.id <= s.upto WHERE m.xid IS NULL LIMIT :limit"
@@ -284,8 +313,8 @@ def statements_for(prefix: str = "") -> Statements:
             f"SELECT id FROM {m} WHERE container = :container AND xid IS NULL AND NOT EXISTS "
             f"(SELECT 1 FROM {a} WHERE container = :container) LIMIT :limit"
         ),
-        expired=sa.text(expired),
-        expired_locked=sa.text(expired + " FOR UPDATE SKIP LOCKED"),
+        expired=sa.text(bytes_bounded_expiry(expired)),
+        expired_locked=sa.text(bytes_bounded_expiry(expired, locked=True)),
         last_sequence=sa.text(
             f"SELECT greatest((SELECT max(id) FROM {m}), (SELECT max(last_acked_id) FROM {a}), 0)"
         ),
@@ -299,4 +328,17 @@ def statements_for(prefix: str = "") -> Statements:
             "WHERE h.hist_id = t.hist_id RETURNING 1) SELECT count(*) FROM d"
         ),
         count_trimmable_history=sa.text(f"SELECT count(*) FROM {h} WHERE {trimmable}"),
+        xa_mark_removals=sa.text(
+            f"UPDATE {m} m SET xid = :xid FROM (SELECT DISTINCT * FROM "
+            + _row_source("ids bigint, containers text")
+            + " AS u(id, container)) r WHERE m.id = r.id AND m.container = r.container "
+            # coalesce: see _removal_ctes (a probe of the primary key, never of _xidx).
+            "AND coalesce(m.xid, '') = '' RETURNING m.id, m.container"
+        ),
+        xa_move_adds=sa.text(
+            f"UPDATE {m} m SET xid = NULL, id = n.new_id FROM "
+            + _row_source("old_ids bigint, new_ids bigint")
+            + " AS n(old_id, new_id) WHERE m.id = n.old_id"
+        ),
+        xa_clear_xids=sa.text(f"UPDATE {m} SET xid = NULL WHERE id = ANY(CAST(:ids AS bigint[]))"),
     )

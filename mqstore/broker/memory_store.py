@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from mqstore.errors import DuplicateMessageError, MessageNotFoundError, StoreClosedError
 from mqstore.store.model import (
+    EXPIRE_MAX_BYTES,
     Ack,
     Batch,
     Cursor,
@@ -290,13 +291,21 @@ class MemoryStore:
             self._count("cleanup")
             return self._cleanup()
 
-    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
+    def expire(
+        self,
+        now_ms: int,
+        limit: int,
+        *,
+        remove: bool = True,
+        max_bytes: int | None = EXPIRE_MAX_BYTES,
+    ) -> list[StoredMessage]:
         with self._lock:
             self._count("expire")
             rows = sorted(
-                (r for r in self._msgs.values() if 0 < r.expiration <= now_ms),
-                key=lambda r: r.id,
-            )[:limit]
+                (r for r in self._msgs.values() if 0 < r.expiration < now_ms),
+                key=lambda r: (r.expiration, r.id),
+            )
+            rows = within_bytes(rows[:limit], max_bytes)
             if remove:
                 self._remove([Removal(r.container, r.id, Outcome.EXPIRED) for r in rows])
             return rows

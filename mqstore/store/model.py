@@ -93,6 +93,10 @@ def within_bytes(rows: list[StoredMessage], max_bytes: int | None) -> list[Store
     return rows
 
 
+#: The default bound of one ``expire`` call's MSG bytes (64 MiB).
+EXPIRE_MAX_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionKey:
     """Identifies a durable subscription: topic container, client id, subscription name."""
@@ -166,13 +170,13 @@ class Xid:
 
     def encode(self, marker: str, last_ack: int = 0, priority: int = 0) -> str:
         """ActiveMQ's XID column text: base64 of marker, last-ack, priority, formatId, ids."""
-        raw = (
-            marker.encode("ascii")
-            + struct.pack(">qbiH", last_ack, priority, self.format_id, len(self.gtrid))
-            + self.gtrid
-            + self.bqual
-        )
+        raw = marker.encode("ascii") + struct.pack(">qb", last_ack, priority) + self.identity()
         return base64.b64encode(raw).decode("ascii")
+
+    def identity(self) -> bytes:
+        """The bytes of the XID column after the marker, last-ack and priority (10 on):
+        formatId, gtrid length, gtrid, bqual; the same in every row of the transaction."""
+        return struct.pack(">iH", self.format_id, len(self.gtrid)) + self.gtrid + self.bqual
 
     @classmethod
     def decode(cls, column: str) -> tuple[Xid, str, int, int]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from mqstore.store.model import (
+    EXPIRE_MAX_BYTES,
     Ack,
     Batch,
     Cursor,
@@ -131,8 +132,18 @@ class Store(Protocol):
     def cleanup(self) -> int:
         """Delete topic messages every subscription acknowledged; returns rows deleted."""
 
-    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
-        """Messages whose EXPIRATION passed (oldest first), removed unless ``remove=False``."""
+    def expire(
+        self,
+        now_ms: int,
+        limit: int,
+        *,
+        remove: bool = True,
+        max_bytes: int | None = EXPIRE_MAX_BYTES,
+    ) -> list[StoredMessage]:
+        """Up to ``limit`` messages whose EXPIRATION passed (oldest first), removed unless
+        ``remove=False``; bounded by ``max_bytes`` (None: no bound) as a page is
+        (:func:`~mqstore.store.model.within_bytes`: the first row always comes): the caller
+        gets the rest next call."""
 
     def stats(self) -> StoreStats:
         """Depths, backlogs and counters."""

@@ -11,7 +11,8 @@ from typing import TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from mqstore import migrate
 from mqstore.db import (
@@ -22,8 +23,10 @@ from mqstore.db import (
     sqlstate,
 )
 from mqstore.errors import (
+    ConfigError,
     DatabaseUnavailableError,
     DuplicateMessageError,
+    InvalidMessageError,
     LeaseNotRenewedError,
     LockLostError,
     MessageNotFoundError,
@@ -34,6 +37,7 @@ from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
 from mqstore.store.commit_connections import CommitConnections
 from mqstore.store.history import TrimBound, trim_history
 from mqstore.store.model import (
+    EXPIRE_MAX_BYTES,
     FIRST,
     NO_BOUND,
     NO_BYTE_BOUND,
@@ -56,6 +60,52 @@ from mqstore.store.xa import XaOperations
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+#: Bytes of message bodies one statement carries at most. PostgreSQL refuses a protocol
+#: message (and an array value) of 1 GiB or more, and ends the connection; larger work
+#: goes in several statements of one transaction.
+STATEMENT_BYTES = 256 * 1024 * 1024
+
+#: The largest message body the store takes. PostgreSQL sends BYTEA hex-encoded, two
+#: characters a byte, in one value of less than 1 GiB: a larger body could be stored and
+#: then never read back (every page of its destination would fail).
+MAX_BODY_BYTES = 511 * 1024 * 1024
+
+
+def _refused_value(exc: DataError | UnicodeEncodeError, done: str) -> InvalidMessageError:
+    """The store error for a value PostgreSQL cannot take (a NUL character, a lone
+    surrogate, an integer past BIGINT) in a call that does not check every value first."""
+    if isinstance(exc, UnicodeEncodeError):
+        detail = f"{exc.reason} in {exc.object[:40]!r}, which UTF-8 cannot encode"
+    else:
+        detail = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    return InvalidMessageError(
+        f"PostgreSQL cannot take a value of this call ({detail}): correct the value; {done}"
+    )
+
+
+def _pool_exhausted(engine: Engine, done: str) -> DatabaseUnavailableError:
+    """The store error for a call that waited the pool's timeout for a connection."""
+    pool = engine.pool
+    timeout = pool.timeout() if isinstance(pool, sa.QueuePool) else "its"
+    return DatabaseUnavailableError(
+        f"no database connection of the engine's pool came free in {timeout} s: every one is "
+        "in use (a slow database, or more threads than connections); size the pool for the "
+        f"threads calling the store, plus the store's own (docs/store-api.md); {done}"
+    )
+
+
+@contextmanager
+def _driver_refusals(engine: Engine, done: str, pool_done: str | None = None) -> Iterator[None]:
+    """A value PostgreSQL refuses, and a pool with no connection free, as store errors
+    saying ``done`` (``pool_done`` for the pool, when it differs)."""
+    try:
+        yield
+    except (DataError, UnicodeEncodeError) as exc:
+        raise _refused_value(exc, done) from None
+    except PoolTimeoutError:
+        raise _pool_exhausted(engine, pool_done or done) from None
 
 
 def _now_ms() -> int:
@@ -85,6 +135,12 @@ class PostgresStore:
         cleanup_batch: int = 1000,
         on_lock_lost: Callable[[], None] | None = None,
     ) -> None:
+        if max_message_bytes > MAX_BODY_BYTES:
+            raise ConfigError(
+                f"max_message_bytes {max_message_bytes} is more than PostgreSQL can hand back "
+                f"in one value (it reads BYTEA hex-encoded, under 1 GiB): set at most "
+                f"{MAX_BODY_BYTES} (511 MiB)"
+            )
         self.engine = engine
         self.prefix = prefix
         self.sql = statements_for(prefix)
@@ -252,25 +308,41 @@ class PostgresStore:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """A fenced write transaction; database failures become store errors."""
+        """A fenced write transaction; database failures become store errors (a connection
+        lost while its COMMIT was under way leaves the outcome unknown, and says so)."""
         self.check_writable()
+        committing = False
         try:
-            with self.engine.begin() as conn:
+            with (
+                _driver_refusals(self.engine, "nothing of this operation was committed"),
+                self.engine.begin() as conn,
+            ):
                 self.locker.fence(conn)
                 yield conn
                 # The lease may have run out (and been taken) while this transaction ran:
                 # then roll back rather than commit beside the new master.
                 self.check_writable()
+                committing = True
         except OperationalError as exc:
+            unknown = committing and exc.connection_invalidated
             raise DatabaseUnavailableError(
                 describe_connect_error(exc, self.engine.url)
-                + "; nothing of this operation was committed"
+                + (
+                    "; the connection ended during the COMMIT: this operation may or may not "
+                    "have been committed"
+                    if unknown
+                    else "; nothing of this operation was committed"
+                )
             ) from None
 
     def read(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn`` on a pooled connection; a lost database becomes a store error."""
+        """Run ``fn`` on a pooled connection; a lost database, or a value PostgreSQL cannot
+        take, becomes a store error."""
         try:
-            with self.engine.connect() as conn:
+            with (
+                _driver_refusals(self.engine, "nothing was read", "run it again"),
+                self.engine.connect() as conn,
+            ):
                 return fn(conn)
         except OperationalError as exc:
             raise DatabaseUnavailableError(describe_connect_error(exc, self.engine.url)) from None
@@ -348,12 +420,12 @@ class PostgresStore:
         ]
 
     def insert_rows(self, conn: Connection, rows: list[dict[str, object]]) -> None:
-        """Insert rows in one round trip; a duplicate JMS id becomes DuplicateMessageError."""
-        if not rows:
-            return
-        # One statement over arrays: far less server work than a statement per row.
+        """Insert rows, one statement per :data:`STATEMENT_BYTES` of bodies (one round trip
+        but for huge batches); a duplicate JMS id becomes DuplicateMessageError."""
+        # Statements over arrays: far less server work than a statement per row.
         try:
-            conn.execute(self.sql.insert_msgs, _insert_params(rows))
+            for chunk in _byte_chunks(rows):
+                conn.execute(self.sql.insert_msgs, _insert_params(chunk))
         except IntegrityError as exc:
             raise self._duplicate(exc) from None
 
@@ -410,9 +482,12 @@ class PostgresStore:
         return count
 
     def commit(self, batch: Batch) -> list[int]:
-        check_batch(batch, self.max_message_bytes)
+        body_bytes = check_batch(batch, self.max_message_bytes)
         with self.reserve_ids(len(batch.adds)) as ids:
-            removed = self._write_batch(batch, ids)
+            if body_bytes > STATEMENT_BYTES:
+                removed = self._write_in_transaction(batch, ids)
+            else:
+                removed = self._write_batch(batch, ids)
         self._counters["added"] += len(ids)
         self._counters["removed"] += removed
         self._counters["acked"] += len(batch.acks)
@@ -453,7 +528,8 @@ class PostgresStore:
         if newest:
             params.update(_bind(shape.acks, _ack_params(newest, "ack_")))
         try:
-            row = self._commits.run(self._commit_statement(shape), params)
+            with _driver_refusals(self.engine, "nothing of the batch was written"):
+                row = self._commits.run(self._commit_statement(shape), params)
         except IntegrityError as exc:
             raise self._duplicate(exc) from None
         except OperationalError as exc:
@@ -462,14 +538,30 @@ class PostgresStore:
                 # LockLostError when another broker holds the row.
                 with self.engine.connect() as conn:
                     self.locker.fence(conn)
+            # The server's refusal (a statement_timeout, a lock_timeout) rolled the statement
+            # back; only a connection that ended leaves the outcome unknown.
+            unknown = exc.connection_invalidated or sqlstate(exc) is None
             raise DatabaseUnavailableError(
                 describe_connect_error(exc, self.engine.url)
-                + "; the batch may or may not have been committed"
+                + (
+                    "; the batch may or may not have been committed"
+                    if unknown
+                    else "; nothing of the batch was written"
+                )
             ) from None
         found, removed = cast(tuple[str | None, int], row)
         if fenced:
             self.locker.check_fence(found)
         return int(removed)
+
+    def _write_in_transaction(self, batch: Batch, ids: Sequence[int]) -> int:
+        """Commit ``batch`` (adds under ``ids``) in one transaction of several statements: a
+        batch whose bodies one statement cannot carry. Returns the rows removed."""
+        with self.transaction() as conn:
+            self.insert_rows(conn, self.rows_for(batch.adds, ids, None))
+            removed = self.delete_rows(conn, batch.removes)
+            self.apply_acks(conn, batch.acks)
+        return removed
 
     def _commit_statement(self, shape: CommitShape) -> str:
         """The commit statement of ``shape``, compiled once for the driver."""
@@ -546,12 +638,19 @@ class PostgresStore:
         )
 
     def purge(self, container: str) -> int:
+        """Remove the messages stored when it starts, as ActiveMQ's one DELETE does: those
+        added meanwhile (IDs handed out later) stay, and a busy destination's purge ends."""
         check_container(container)
+        self.check_writable()
         total = 0
         msgs = self.schema.msgs
         next_ids = (
             sa.select(msgs.c.id)
-            .where(msgs.c.container == container, msgs.c.xid.is_(None))
+            .where(
+                msgs.c.container == container,
+                msgs.c.xid.is_(None),
+                msgs.c.id <= self.stats_last_id(),
+            )
             .order_by(msgs.c.id)
             .limit(5000)
         )  # IDs only: a purge never reads the bodies it removes
@@ -616,16 +715,12 @@ class PostgresStore:
         total = 0
         while not self._stopping.is_set():
             with self.transaction() as conn:
-                ids = (
-                    conn.execute(self.sql.cleanup_candidates, {"limit": self.cleanup_batch})
-                    .scalars()
-                    .all()
-                )
-                if not ids:
+                found = conn.execute(self.sql.cleanup_candidates, {"limit": self.cleanup_batch})
+                candidates = [Removal(container, i) for i, container in found]
+                if not candidates:
                     break
-                got = self.get_many(conn, ids)
-                total += self.delete_rows(conn, [Removal(m.container, m.id) for m in got])
-            if len(ids) < self.cleanup_batch:
+                total += self.delete_rows(conn, candidates)
+            if len(candidates) < self.cleanup_batch:
                 break
         self._counters["cleaned"] += total
         return total
@@ -634,16 +729,22 @@ class PostgresStore:
         """Count topic messages removed because no subscription needs them."""
         self._counters["cleaned"] += rows
 
-    def get_many(self, conn: Connection, ids: Sequence[int]) -> list[StoredMessage]:
-        """Rows by ID (any order)."""
-        stmt = sa.select(*self._columns()).where(self.schema.msgs.c.id.in_(list(ids)))
-        return [StoredMessage.from_row(r) for r in conn.execute(stmt).all()]
-
-    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
+    def expire(
+        self,
+        now_ms: int,
+        limit: int,
+        *,
+        remove: bool = True,
+        max_bytes: int | None = EXPIRE_MAX_BYTES,
+    ) -> list[StoredMessage]:
+        params = {
+            "now": now_ms,
+            "limit": limit,
+            "max_bytes": NO_BYTE_BOUND if max_bytes is None else max_bytes,
+        }
         if remove:
             # Rows locked first, skipping any a concurrent removal holds: every row returned
             # is one this call removed (a consumer's ack in flight may take it instead).
-            params = {"now": now_ms, "limit": limit}
             with self.transaction() as conn:
                 rows = [
                     StoredMessage.from_row(r)
@@ -652,10 +753,7 @@ class PostgresStore:
                 self.delete_rows(conn, [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows])
             return rows
         return self.read(
-            lambda c: [
-                StoredMessage.from_row(r)
-                for r in c.execute(self.sql.expired, {"now": now_ms, "limit": limit}).all()
-            ]
+            lambda c: [StoredMessage.from_row(r) for r in c.execute(self.sql.expired, params).all()]
         )
 
     def stats(self) -> StoreStats:
@@ -691,6 +789,22 @@ def _insert_params(rows: list[dict[str, object]]) -> dict[str, object]:
         "msgs": ByteaArray(cast(bytes, r["msg"]) for r in rows),
         "xids": [r["xid"] for r in rows],
     }
+
+
+def _byte_chunks(rows: list[dict[str, object]]) -> Iterator[list[dict[str, object]]]:
+    """``rows`` in runs whose bodies stay within :data:`STATEMENT_BYTES` (a larger body
+    alone), in order; none for no rows."""
+    chunk: list[dict[str, object]] = []
+    size = 0
+    for row in rows:
+        body = len(cast(bytes, row["msg"]))
+        if chunk and size + body > STATEMENT_BYTES:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(row)
+        size += body
+    if chunk:
+        yield chunk
 
 
 def _bind(rows: Rows, arrays: dict[str, object]) -> dict[str, object]:

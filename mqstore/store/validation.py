@@ -73,9 +73,11 @@ def check_subscription(key: SubscriptionKey, selector: str | None, sub_dest: str
         )
 
 
-def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> None:
-    """Validate a batch of new messages; raises before anything is written."""
+def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> int:
+    """Validate a batch of new messages; raises before anything is written. Returns the
+    bytes of their bodies."""
     seen: set[tuple[str, str, int]] = set()
+    total = 0
     for m in messages:
         check_container(m.container)
         if not 0 <= m.priority <= 9:
@@ -96,12 +98,14 @@ def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> None:
             )
         check_text("producer id", m.msgid_prod)
         check_body(m.msg, max_bytes)
+        total += len(m.msg)
         key = (m.container, m.msgid_prod, m.msgid_seq)
         if key in seen:
             raise DuplicateMessageError(
                 f"message {m.msgid_prod}:{m.msgid_seq} appears twice for {m.container}"
             )
         seen.add(key)
+    return total
 
 
 def check_body(msg: object, max_bytes: int) -> None:
@@ -131,14 +135,16 @@ def check_acks(acks: Sequence[Ack]) -> None:
 
 def check_work(
     adds: Sequence[NewMessage], removes: Sequence[Removal], acks: Sequence[Ack], max_bytes: int
-) -> None:
-    """Validate everything one write stores; raises before anything is written."""
-    check_messages(adds, max_bytes)
+) -> int:
+    """Validate everything one write stores; raises before anything is written. Returns
+    the bytes of the new messages' bodies."""
+    body_bytes = check_messages(adds, max_bytes)
     for removal in removes:
         check_container(removal.container)
     check_acks(acks)
+    return body_bytes
 
 
-def check_batch(batch: Batch, max_bytes: int) -> None:
+def check_batch(batch: Batch, max_bytes: int) -> int:
     """:func:`check_work` for a :class:`Batch`."""
-    check_work(batch.adds, batch.removes, batch.acks, max_bytes)
+    return check_work(batch.adds, batch.removes, batch.acks, max_bytes)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from sqlalchemy import LargeBinary
 from sqlalchemy.engine import Connection
 
 from mqstore.db import hold_advisory_lock
@@ -50,26 +52,14 @@ class XaOperations:
                 f"for ActiveMQ's XID column (at most {NAME_LENGTH} characters of base64); XA "
                 "allows 64 bytes each for the global transaction id and the branch qualifier"
             )
-        m, a = store.schema.msgs, store.schema.acks
+        a = store.schema.acks
         with store.transaction() as conn:
             self._hold(conn, xid)
-            if xid in self._prepared(conn):
+            if xid in self._prepared(conn, xid):
                 raise TransactionError(f"XA transaction {xid} is already prepared")
             ids = store.next_ids(len(batch.adds))
             store.insert_rows(conn, store.rows_for(batch.adds, ids, xid.encode("+")))
-            for removal in batch.removes:
-                result = conn.execute(
-                    sa.update(m)
-                    .where(
-                        m.c.id == removal.id, m.c.container == removal.container, m.c.xid.is_(None)
-                    )
-                    .values(xid=xid.encode("-"))
-                )
-                if result.rowcount != 1:
-                    raise TransactionError(
-                        f"cannot prepare the removal of message {removal.id} from "
-                        f"{removal.container}: not stored or already in another transaction"
-                    )
+            self._mark_removals(conn, xid, batch.removes)
             # The newest ack per subscription and priority, as a commit keeps it.
             for (key, prio), last_ack in store._newest_acks(batch.acks).items():
                 result = conn.execute(
@@ -87,6 +77,24 @@ class XaOperations:
                     )
         return ids
 
+    def _mark_removals(self, conn: Connection, xid: Xid, removals: Sequence[Removal]) -> None:
+        """Mark the rows ``removals`` name with ``xid``'s ``-`` XID, in one statement (bound
+        as arrays: any number of rows); TransactionError naming one that is not visible."""
+        if not removals:
+            return
+        params = {
+            "xid": xid.encode("-"),
+            "ids": [r.id for r in removals],
+            "containers": [r.container for r in removals],
+        }
+        marked = {(i, c) for i, c in conn.execute(self.store.sql.xa_mark_removals, params)}
+        for removal in removals:
+            if (removal.id, removal.container) not in marked:
+                raise TransactionError(
+                    f"cannot prepare the removal of message {removal.id} from "
+                    f"{removal.container}: not stored or already in another transaction"
+                )
+
     def _hold(self, conn: Connection, xid: Xid) -> None:
         """Wait until no other session prepares, commits or rolls back ``xid``; held to the
         end of ``conn``'s transaction, so of two at once the second finds the first's work
@@ -94,26 +102,31 @@ class XaOperations:
         hold_advisory_lock(conn, f"mqstore xa {self.store.schema.msgs.fullname} {xid.encode('+')}")
 
     def _prepared(
-        self, conn: Connection
+        self, conn: Connection, only: Xid | None = None
     ) -> dict[Xid, tuple[list[StoredMessage], list[StoredMessage], list[Ack]]]:
+        """The prepared work in the tables, by transaction; with ``only``, that transaction's
+        alone, found by the database and without bodies (a commit or rollback does not read
+        the other transactions in doubt, nor the bodies it keeps)."""
         store = self.store
         m, a = store.schema.msgs, store.schema.acks
         found: dict[Xid, tuple[list[StoredMessage], list[StoredMessage], list[Ack]]] = defaultdict(
             lambda: ([], [], [])
         )
-        rows = conn.execute(
-            sa.select(
-                m.c.id,
-                m.c.container,
-                m.c.msgid_prod,
-                m.c.msgid_seq,
-                m.c.expiration,
-                m.c.priority,
-                m.c.msg,
-                m.c.xid,
+        body: sa.ColumnElement[bytes | None] = m.c.msg
+        msgs_of: sa.ColumnElement[bool] = m.c.xid.is_not(None)
+        acks_of: sa.ColumnElement[bool] = a.c.xid.is_not(None)
+        if only is not None:
+            body = sa.null().cast(LargeBinary)
+            tail = only.identity()
+            msgs_of = sa.and_(
+                msgs_of, sa.func.substr(sa.func.decode(m.c.xid, "base64"), 11) == tail
             )
-            .where(m.c.xid.is_not(None))
-            .order_by(m.c.id)
+            acks_of = sa.and_(
+                acks_of, sa.func.substr(sa.func.decode(a.c.xid, "base64"), 11) == tail
+            )
+        columns = (m.c.id, m.c.container, m.c.msgid_prod, m.c.msgid_seq, m.c.expiration)
+        rows = conn.execute(
+            sa.select(*columns, m.c.priority, body, m.c.xid).where(msgs_of).order_by(m.c.id)
         ).all()
         for row in rows:
             msg = StoredMessage.from_row(row)
@@ -121,9 +134,7 @@ class XaOperations:
             adds, removes, _ = found[xid]
             (adds if marker == "+" else removes).append(msg)
         for ack_row in conn.execute(
-            sa.select(a.c.container, a.c.client_id, a.c.sub_name, a.c.xid).where(
-                a.c.xid.is_not(None)
-            )
+            sa.select(a.c.container, a.c.client_id, a.c.sub_name, a.c.xid).where(acks_of)
         ).all():
             xid, _, last_ack, prio = Xid.decode(ack_row.xid)
             key = SubscriptionKey(ack_row.container, ack_row.client_id, ack_row.sub_name)
@@ -144,7 +155,7 @@ class XaOperations:
         self, conn: Connection, xid: Xid
     ) -> tuple[list[StoredMessage], list[StoredMessage], list[Ack]]:
         self._hold(conn, xid)
-        work = self._prepared(conn).get(xid)
+        work = self._prepared(conn, xid).get(xid)
         if work is None:
             raise TransactionError(f"no prepared XA transaction {xid}")
         return work
@@ -152,14 +163,14 @@ class XaOperations:
     def commit(self, xid: Xid) -> None:
         """Adds move to fresh IDs and become visible; removals and acks take effect."""
         store = self.store
-        m = store.schema.msgs
         with contextlib.ExitStack() as stack, store.transaction() as conn:
             adds, removes, acks = self._take(conn, xid)
             # Held until the block has committed: pages stop below the new IDs until then.
             fresh = stack.enter_context(store.reserve_ids(len(adds)))
-            for msg, new_id in zip(adds, fresh, strict=True):
-                conn.execute(sa.update(m).where(m.c.id == msg.id).values(xid=None, id=new_id))
-            conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in removes])).values(xid=None))
+            if adds:
+                moves = {"old_ids": [r.id for r in adds], "new_ids": fresh}
+                conn.execute(store.sql.xa_move_adds, moves)
+            self._clear_xids(conn, removes)
             store.delete_rows(conn, [Removal(r.container, r.id) for r in removes])
             store.apply_acks(conn, acks)
             self._clear_ack_xids(conn, acks)
@@ -167,14 +178,13 @@ class XaOperations:
     def rollback(self, xid: Xid) -> None:
         """Prepared adds vanish (recorded as rolled back); removals and acks are undone."""
         store = self.store
-        m = store.schema.msgs
         with store.transaction() as conn:
             adds, removes, acks = self._take(conn, xid)
-            conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in adds])).values(xid=None))
+            self._clear_xids(conn, adds)
             store.delete_rows(
                 conn, [Removal(r.container, r.id, Outcome.XA_ROLLED_BACK) for r in adds]
             )
-            conn.execute(sa.update(m).where(m.c.id.in_([r.id for r in removes])).values(xid=None))
+            self._clear_xids(conn, removes)
             self._clear_ack_xids(conn, acks)
 
     def _ack_row(self, key: SubscriptionKey, priority: int) -> list[sa.ColumnElement[bool]]:
@@ -186,6 +196,11 @@ class XaOperations:
             a.sub_name == key.sub_name,
             a.priority == priority,
         ]
+
+    def _clear_xids(self, conn: Connection, rows: Sequence[StoredMessage]) -> None:
+        """Make prepared ``rows`` plain rows again (one statement, the IDs as one array)."""
+        if rows:
+            conn.execute(self.store.sql.xa_clear_xids, {"ids": [r.id for r in rows]})
 
     def _clear_ack_xids(self, conn: Connection, acks: list[Ack]) -> None:
         for ack in acks:

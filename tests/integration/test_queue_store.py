@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
+from mqstore.db import create_engine
 from mqstore.errors import (
+    ConfigError,
+    DatabaseUnavailableError,
     DuplicateMessageError,
     InvalidMessageError,
     MessageNotFoundError,
     SchemaVersionError,
+    StoreClosedError,
 )
 from mqstore.store import Batch, Outcome, PostgresStore, Removal
 from tests.integration.conftest import StoreFactory, msg
@@ -73,6 +77,32 @@ def test_remove_count_find_update_purge(store: PostgresStore) -> None:
     assert store.count(Q) == 0
 
 
+def test_purge_keeps_messages_sent_while_it_runs(store: PostgresStore) -> None:
+    """As ActiveMQ's one DELETE: a purge removes what was stored when it began, so a busy
+    queue's purge ends and a producer's later messages survive it."""
+    store.add([msg(Q, i) for i in range(1, 4)])
+    remove = store.remove
+    sent: list[int] = []
+
+    def remove_then_send(*args: object, **kwargs: object) -> int:
+        removed = remove(*args, **kwargs)  # type: ignore[arg-type]
+        sent.extend(store.add([msg(Q, 100 + len(sent))]))  # a producer between two chunks
+        return removed
+
+    store.remove = remove_then_send  # type: ignore[method-assign]
+    assert store.purge(Q) == 3
+    del store.remove
+    assert [m.id for m in store.page(Q, None, 10)] == sent
+
+
+def test_purge_of_a_store_not_started_is_refused(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.add([msg(Q, 1)])
+    store.stop()
+    with pytest.raises(StoreClosedError):
+        store.purge(Q)
+
+
 def test_batch_is_atomic(store: PostgresStore) -> None:
     [first] = store.add([msg(Q, 1)])
     with pytest.raises(DuplicateMessageError):
@@ -115,6 +145,14 @@ def test_oversized_message_is_refused(make_store: StoreFactory) -> None:
     store = make_store(max_message_bytes=1024)
     with pytest.raises(InvalidMessageError, match="exceeds the limit"):
         store.add([msg(Q, 1, body=b"x" * 1025)])
+
+
+def test_a_message_limit_above_what_postgresql_can_read_back_is_refused(engine: Engine) -> None:
+    """PostgreSQL hands BYTEA back hex-encoded in one value under 1 GiB: a store taking
+    larger bodies would keep messages no page can ever read."""
+    with pytest.raises(ConfigError, match="max_message_bytes"):
+        PostgresStore(engine, max_message_bytes=600 * 1024 * 1024)
+    PostgresStore(engine, max_message_bytes=511 * 1024 * 1024)  # the largest it takes
 
 
 def test_ids_resume_after_restart_from_msgs_and_acks(
@@ -177,3 +215,52 @@ def test_start_refuses_a_database_behind_the_schema(empty_engine: Engine) -> Non
     store = PostgresStore(empty_engine)
     with pytest.raises(SchemaVersionError, match="mqstore db upgrade"):
         store.start()
+
+
+def test_a_commit_the_server_cancelled_says_nothing_was_written(dsn: str, engine: Engine) -> None:
+    """A statement_timeout cancels the one-statement commit: the server rolled it back, so
+    the caller may retry without fearing a duplicate."""
+    timed = make_url(dsn).update_query_dict({"options": "-cstatement_timeout=300"})
+    quick = create_engine(timed.render_as_string(hide_password=False))
+    store = PostgresStore(quick, cleanup_interval_s=0)
+    store.start()
+    try:
+        with engine.begin() as conn:  # the table is locked until the commit is cancelled
+            conn.execute(sa.text("LOCK TABLE activemq_msgs IN ACCESS EXCLUSIVE MODE"))
+            with pytest.raises(DatabaseUnavailableError) as refused:
+                store.add([msg(Q, 1)])
+        said = str(refused.value)
+        assert "nothing of the batch was written" in said and "may or may not" not in said
+        assert store.count(Q) == 0
+        assert store.add([msg(Q, 1)])  # and the retry stores it once
+        assert store.count(Q) == 1
+    finally:
+        store.stop()
+        quick.dispose()
+
+
+def test_a_connection_lost_during_the_commit_does_not_claim_nothing_was_committed(
+    store: PostgresStore, engine: Engine
+) -> None:
+    """The server may have committed before the connection ended: saying "nothing was
+    committed" would make a caller (an XA transaction manager) act on a falsehood."""
+    [kept] = store.add([msg(Q, 1)])
+    with engine.begin() as conn:  # the session ends itself when its transaction commits
+        conn.execute(
+            sa.text(
+                "CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE CONSTRAINT TRIGGER end_at_commit AFTER UPDATE ON activemq_msgs "
+                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_session()"
+            )
+        )
+    with pytest.raises(DatabaseUnavailableError, match="may or may not have been committed"):
+        store.update(Q, kept, b"rewritten")
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TRIGGER end_at_commit ON activemq_msgs"))
+    store.update(Q, kept, b"rewritten")  # the store goes on
+    assert store.get(kept).msg == b"rewritten"  # type: ignore[union-attr]

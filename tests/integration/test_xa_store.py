@@ -296,3 +296,38 @@ def test_several_acks_of_one_subscription_in_a_transaction_prepare_as_the_newest
     assert Xid.decode(ack_xid) == (XID, "-", second, 0)  # the newest, as commit() keeps it
     store.xa_commit(XID)
     assert [m.id for m in store.page_subscription(SUB, None, 10)] == [third]
+
+
+def test_finishing_one_transaction_reads_no_other_transactions_rows(
+    store: PostgresStore, engine: Engine
+) -> None:
+    """Other transactions in doubt (a stuck one, many at once) hold prepared rows with
+    bodies: a prepare, commit or rollback reads its own transaction's rows only, so its
+    cost does not grow with theirs."""
+    body = b"b" * 10_000
+    others = [Xid(1, f"other-{n}".encode(), b"") for n in range(20)]
+    for n, other in enumerate(others):
+        store.xa_prepare(
+            other, Batch(adds=[msg(Q, 1000 + 10 * n + i, body=body) for i in range(5)])
+        )
+    [queued] = store.add([msg(Q, 1)])
+    fetched: list[int] = []
+
+    def count_msgs_rows(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "activemq_msgs" in statement:
+            fetched.append(cursor.rowcount)
+
+    sa.event.listen(engine, "after_cursor_execute", count_msgs_rows)
+    try:
+        store.xa_prepare(XID, Batch(adds=[msg(Q, 2), msg(Q, 3)], removes=[Removal(Q, queued)]))
+        store.xa_commit(XID)
+        store.xa_prepare(XID, Batch(adds=[msg(Q, 4)]))
+        store.xa_rollback(XID)
+    finally:
+        sa.event.remove(engine, "after_cursor_execute", count_msgs_rows)
+
+    assert sum(fetched) == 3 + 1  # the commit's and the rollback's own rows, nothing more
+    assert _seqs(store.page(Q, None, 10)) == [2, 3]
+    recovered = {p.xid: p for p in store.xa_recover()}
+    assert set(recovered) == set(others)
+    assert all(m.msg == body for p in recovered.values() for m in p.adds)
