@@ -26,7 +26,13 @@ from mqstore.db import LOCK_NOT_AVAILABLE, ByteaArray, sqlstate
 from mqstore.store.model import Ack, Outcome, Removal, StoredMessage
 from mqstore.store.postgres import PostgresStore
 
-__all__ = ["CheckpointResult", "apply_checkpoint", "read_position", "settled_position"]
+__all__ = [
+    "CheckpointResult",
+    "apply_checkpoint",
+    "position_after_failure",
+    "read_position",
+    "settled_position",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,39 @@ def settled_position(pg: PostgresStore, journal_id: str) -> tuple[Position | Non
     for it. Read before, the position would replay what it wrote (consumed rows came back)
     and the IDs would not cover its rows.
     """
+    return _settled(
+        pg,
+        journal_id,
+        "journal %s: a checkpoint transaction of an earlier run (one killed while "
+        "checkpointing?) still writes its position in the database; start-up waits "
+        "until it ends. If it never does, end that session with pg_terminate_backend "
+        "(see pg_stat_activity): the journal still holds what it writes",
+    )
+
+
+def position_after_failure(pg: PostgresStore, journal_id: str) -> Position | None:
+    """The checkpoint position stored for ``journal_id`` once no transaction still writes
+    it: read after a checkpoint of this run reported a failure.
+
+    A checkpoint whose connection died after its COMMIT was sent may still be committing
+    on the server, holding the journal's row. Read before it ends, the older position
+    would have the next checkpoint write that window again: a message consumed since
+    would come back as a row, elided messages would get a second history row, the rest
+    would fail on duplicate keys.
+    """
+    return _settled(
+        pg,
+        journal_id,
+        "journal %s: the checkpoint that reported a failure may still be committing: its "
+        "transaction still holds the journal's row in the database, and the next checkpoint "
+        "waits until it ends. If it never does, end that session with pg_terminate_backend "
+        "(see pg_stat_activity): the journal still holds what it writes",
+    )[0]
+
+
+def _settled(pg: PostgresStore, journal_id: str, waiting: str) -> tuple[Position | None, int]:
+    """Position and last ID, read once no transaction holds the journal's row; ``waiting``
+    is logged (with the journal id) when one does."""
     j = pg.schema.journal
     query = sa.select(j.c.segment, j.c.position).where(j.c.journal_id == journal_id)
 
@@ -72,13 +111,7 @@ def settled_position(pg: PostgresStore, journal_id: str) -> tuple[Position | Non
             if sqlstate(exc) != LOCK_NOT_AVAILABLE:
                 raise
             conn.rollback()
-            log.warning(
-                "journal %s: a checkpoint transaction of an earlier run (one killed while "
-                "checkpointing?) still writes its position in the database; start-up waits "
-                "until it ends. If it never does, end that session with pg_terminate_backend "
-                "(see pg_stat_activity): the journal still holds what it writes",
-                journal_id,
-            )
+            log.warning(waiting, journal_id)
             row = conn.execute(query.with_for_update(read=True)).first()
         last_id = int(conn.execute(pg.sql.last_sequence).scalar_one())
         conn.rollback()

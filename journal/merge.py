@@ -219,18 +219,6 @@ class DatabaseView:
                 out[k] = (Subscription(k, sub.selector or r[3], sub.sub_dest or r[4], -1), floors)
         return out
 
-    def expired(
-        self, now_ms: int, limit: int, removed: list[int], purged: list[str]
-    ) -> list[StoredMessage]:
-        """Expired visible rows, oldest first, removed ones left out."""
-        sql = (
-            f"SELECT {_COLS} FROM {self.m} m WHERE m.expiration > 0 AND m.expiration < :now "
-            f"AND m.xid IS NULL AND m.id <> ALL({_IDS}) "
-            "AND m.container <> ALL(CAST(:purged AS text[])) ORDER BY m.expiration LIMIT :limit"
-        )
-        params = {"now": now_ms, "limit": limit, "excl": removed, "purged": purged}
-        return self._rows(sql, params)
-
     def depths(self, removed: list[int], purged: list[str]) -> dict[str, int]:
         """Visible rows per container, removed ones left out."""
         sql = (

@@ -13,8 +13,9 @@ The first two only when no valid record follows: a damaged length field makes a 
 the middle look like one that runs on, and the records after it were acknowledged.
 
 Anything else (a bad frame with valid-looking data after it, any bad frame in an earlier
-segment, a bad segment header, a gap in segment numbers) is corruption: acknowledged records
-may be affected, so :class:`~journal.errors.JournalCorruptError` is raised.
+segment, a bad segment header, a gap in segment numbers, an earlier segment holding no
+record at all) is corruption: acknowledged records may be affected, so
+:class:`~journal.errors.JournalCorruptError` is raised.
 """
 
 from __future__ import annotations
@@ -151,6 +152,14 @@ class LogScan:
         return None
 
 
+#: Why a segment with a header and no record is damage when later segments follow: the
+#: writer moves on to a new segment only once the active one holds a record, and ``repair``
+#: puts a padding record into the segments it leaves empty.
+EMPTY_SEGMENT = (
+    "it holds no records, yet later segments follow (the writer never leaves a segment "
+    "empty): its records were cut away, or an earlier repair left it empty"
+)
+
 _TYPE_BYTE = re.compile(rb"[\x01\x02\x03]")
 
 
@@ -284,6 +293,8 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
                 zeros = _all_zero(view[offset:])
                 torn = torn and last
                 seg.damage = Damage(number, path, offset, len(view), reason, torn, zeros=zeros)
+            elif not seg.records and not last:
+                seg.damage = Damage(number, path, HEADER_SIZE, len(view), EMPTY_SEGMENT, False)
         prev = number
         if seg.damage is not None:
             scan.damage = seg.damage

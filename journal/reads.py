@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from functools import lru_cache
+
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import TextClause
 
 from journal.merge import DatabaseView, merge_rows
 from journal.state import PendingState
 from journal.writer import Journal
+from mqstore.statements import bytes_bounded_expiry
 from mqstore.store.model import (
     FIRST,
     NO_BOUND,
@@ -26,6 +31,20 @@ from mqstore.store.model import (
 from mqstore.store.postgres import PostgresStore
 
 __all__ = ["MergedReads"]
+
+
+@lru_cache(maxsize=16)
+def _expired_sql(msgs: str) -> TextClause:
+    """Expired visible rows of table ``msgs`` as ``PostgresStore.expire`` reads them, the
+    IDs :excl and containers :purged left out, with the count of candidate rows."""
+    return sa.text(
+        bytes_bounded_expiry(
+            f"FROM {msgs} m WHERE m.expiration > 0 AND m.expiration < :now "
+            "AND m.xid IS NULL AND m.id <> ALL(CAST(:excl AS bigint[])) "
+            "AND m.container <> ALL(CAST(:purged AS text[])) ",
+            candidates=True,
+        )
+    )
 
 
 class MergedReads:
@@ -70,6 +89,25 @@ class MergedReads:
         bound, mem, excl, purged, upd = self._snapshot(container, cursor, limit)
         db = [] if purged else self.db.page(container, cursor, limit, bound, excl, max_bytes)
         return merge_rows(db, mem, limit, upd, max_bytes)
+
+    def _expired_in_database(
+        self, now_ms: int, limit: int, removed: list[int], purged: list[str], max_bytes: int
+    ) -> tuple[list[StoredMessage], bool]:
+        """Expired database rows by (EXPIRATION, ID), removed IDs and purged containers left
+        out, bounded by ``limit`` and ``max_bytes`` as in ``PostgresStore.expire``; and
+        whether rows after the last one were left out (by either bound)."""
+        params = {
+            "now": now_ms,
+            "limit": limit,
+            "max_bytes": max_bytes,
+            "excl": removed,
+            "purged": purged,
+        }
+        sql = _expired_sql(self.pg.schema.msgs.name)
+        found = self.pg.read(lambda c: c.execute(sql, params).all())
+        candidates = int(found[0][-1]) if found else 0
+        rows = [StoredMessage.from_row(r) for r in found]
+        return rows, candidates >= limit or len(rows) < candidates
 
     def get(self, message_id: int) -> StoredMessage | None:
         with self._lock:

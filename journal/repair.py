@@ -5,10 +5,12 @@ garbage) is overwritten by a padding record of the same length, so the records a
 keep their positions (a checkpoint position stored in the database stays valid) and are
 replayed. Where no valid record follows in its segment, the segment is cut there instead;
 a segment header that does not check out is written again, and a segment missing from the
-middle is created empty. Only where the damage cannot be told apart from a different log (a
-header naming another segment, a long run of missing numbers, damage too short to pad) is
-the journal truncated and the later segments removed. Zero bytes after the last record are
-the writer's preallocated space, no damage: ``Journal.open`` trims them.
+middle is created empty. A segment left without records before later ones gets a padding
+record: one holding none is taken for damage (its records cut away). Only where the damage
+cannot be told apart from a different log (a header naming another segment, a long run of
+missing numbers, damage too short to pad) is the journal truncated and the later segments
+removed. Zero bytes after the last record are the writer's preallocated space, no damage:
+``Journal.open`` trims them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from journal.format import (
     segment_file_name,
 )
 from journal.maintenance import Problem, count_frames, jsonable, resync
-from journal.reader import FrameWalker, check_header
+from journal.reader import EMPTY_SEGMENT, FrameWalker, check_header
 from journal.records import decode_batch
 from journal.segments import (
     NEWEST_FILE_NAME,
@@ -46,6 +48,8 @@ from journal.segments import (
 __all__ = ["RepairAction", "RepairPlan", "repair"]
 
 PAD, TRUNCATE, REMOVE, HEADER, CREATE = "pad", "truncate", "remove", "header", "create"
+#: A padding record written into a segment left empty before later ones (see EMPTY_SEGMENT).
+MARK = "mark"
 #: More missing segments than this in a row are not a lost file but a different log.
 MAX_MISSING = 1000
 
@@ -53,8 +57,9 @@ MAX_MISSING = 1000
 @dataclass(frozen=True, slots=True)
 class RepairAction:
     """One change: ``pad`` bytes ``offset..end`` of ``file``, ``truncate`` it at ``offset``
-    (dropping up to ``end``), ``remove`` it, write its ``header`` again, or ``create`` it
-    empty in place of a missing segment."""
+    (dropping up to ``end``), ``remove`` it, write its ``header`` again, ``create`` it
+    empty in place of a missing segment, or ``mark`` it, found empty before later segments,
+    with a padding record at ``offset..end``."""
 
     action: str
     file: str
@@ -102,10 +107,16 @@ class RepairPlan:
             elif a.action == CREATE:
                 what = "created" if done else "would create"
                 lines.append(f"{what} an empty {a.file} for the missing one (its records are lost)")
+            elif a.action == MARK:
+                what = "marked" if done else "would mark"
+                lines.append(
+                    f"{what} {a.file} as emptied with a padding record (whatever records it "
+                    "held are lost; the later segments are kept)"
+                )
             else:
                 lines.append(f"{'removed' if done else 'would remove'} {a.file}")
         types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
-        stretches = sum(a.action != HEADER for a in self.actions)
+        stretches = sum(a.action not in (HEADER, MARK) for a in self.actions)
         lines.append(
             f"lost: whatever records the {self.lost_bytes} unreadable bytes held ({stretches} "
             f"place(s)), and {self.lost_records} readable records"
@@ -163,6 +174,10 @@ class _Planner:
         pos = HEADER_SIZE
         while True:
             offset, reason, torn, bad_end = _first_bad(view, pos)
+            if offset < 0 and size == HEADER_SIZE and damage is None and not last:
+                # Whatever it held is lost; a padding record tells it from damage from now on.
+                self.add(MARK, path, HEADER_SIZE, HEADER_SIZE + FRAME_OVERHEAD, EMPTY_SEGMENT)
+                return True
             if offset < 0:
                 return True
             if torn and last and not bytes(view[offset:]).strip(b"\0"):
@@ -269,7 +284,7 @@ def _apply(directory: Path, plan: RepairPlan) -> None:
             continue
         fd = os.open(directory / action.file, os.O_WRONLY)
         try:
-            if action.action == PAD:
+            if action.action in (PAD, MARK):
                 os.pwrite(fd, encode_padding(action.end - action.offset), action.offset)
             elif action.action == HEADER:
                 number = int(action.file.split(".")[0])
@@ -283,6 +298,20 @@ def _apply(directory: Path, plan: RepairPlan) -> None:
             os.close(fd)
     fsync_directory(directory)
     remaining = list_segments(directory)
+    for _number, seg_path in remaining[:-1]:
+        if seg_path.stat().st_size == HEADER_SIZE:
+            _mark_empty(seg_path)
     if remaining:  # segments cut off are no longer missing: the log ends where it now ends
         mark_newest(directory, remaining[-1][0])
     plan.applied = True
+
+
+def _mark_empty(path: Path) -> None:
+    """Give a segment left empty before later ones (a stand-in for a missing one, or one
+    cut to its header) a padding record: a segment with none is taken for damage."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, encode_padding(FRAME_OVERHEAD), HEADER_SIZE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

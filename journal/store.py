@@ -25,7 +25,7 @@ from journal.admission import Admission, Claims, Key
 from journal.checkpoint import (
     CheckpointResult,
     apply_checkpoint,
-    read_position,
+    position_after_failure,
     settled_position,
 )
 from journal.checkpoint_loop import run_checkpoints
@@ -59,10 +59,13 @@ from journal.support import (
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
 from mqstore.errors import (
     DatabaseUnavailableError,
+    JournalUnavailableError,
     MessageNotFoundError,
     StoreClosedError,
 )
 from mqstore.store.model import (
+    EXPIRE_MAX_BYTES,
+    NO_BYTE_BOUND,
     Ack,
     Batch,
     NewMessage,
@@ -73,6 +76,7 @@ from mqstore.store.model import (
     Subscription,
     SubscriptionKey,
     Xid,
+    within_bytes,
 )
 from mqstore.store.postgres import PostgresStore
 from mqstore.store.validation import (
@@ -95,6 +99,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class JournalWriteError(JournalError, JournalUnavailableError):
+    """A write the journal did not take, raised as the store port's errors are (a
+    :class:`~mqstore.errors.StoreError`): its disk is full, or it failed."""
 
 
 @dataclass(slots=True)
@@ -263,8 +272,8 @@ class JournaledStore(MergedReads):
                 self.journal_id, self.journal_dir, self.pg.schema.journal.name
             )
         last = stored
-        if stored is not None:
-            self._last_position = stored
+        # What the database holds: the stored position, or the start, where the row is made.
+        self._last_position = stored if stored is not None else start
         top = 0  # the highest ID replayed, also from windows checkpointed on the way
         try:
             for position, ops in journal.recover(after=stored):
@@ -369,7 +378,8 @@ class JournaledStore(MergedReads):
         """
         with self._checkpointing:
             if self._unsure:
-                stored = read_position(self.pg, self.journal_id)  # only checkpoints write it
+                # Only checkpoints write it; the failed one may still be committing.
+                stored = position_after_failure(self.pg, self.journal_id)
                 with self._gate.exclusive():
                     self._resync_window(stored)
             with self._gate.exclusive():
@@ -399,8 +409,14 @@ class JournaledStore(MergedReads):
                     self._space.notify_all()
                 self._last_position = position
         if self._journal is not None and not self._journal.failed:
-            self._journal.release(position, self.archive_dir)
+            self._journal.release(position, self._archive())
         return result
+
+    def _archive(self) -> Path | None:
+        """Where released segments go: ``archive_dir/<journal id>/``, so the segments of
+        another journal (a recreated directory numbers its segments from 1 again, and
+        brokers may share one archive) are never overwritten."""
+        return None if self.archive_dir is None else self.archive_dir / self.journal_id
 
     def _window_end(self) -> Position:
         """The position a checkpoint of the window stores: the end of the durable log (never
@@ -417,7 +433,7 @@ class JournaledStore(MergedReads):
     def _checkpoint_locked(self) -> CheckpointResult | None:
         """Checkpoint with writers held off throughout (XA work and cleanup need that)."""
         if self._unsure:
-            self._resync_window(read_position(self.pg, self.journal_id))
+            self._resync_window(position_after_failure(self.pg, self.journal_id))
         if self._state.empty:
             return None
         position = self._window_end()
@@ -435,8 +451,11 @@ class JournaledStore(MergedReads):
         """
         if stored is not None and stored > self._last_position:
             state = self._new_state()
-            for _end, ops in self.journal.recover(after=stored):
-                state.apply(ops)
+            # A failed journal cannot be read back; once the commit covers every record
+            # applied, nothing is left for the window (no record came after them).
+            if not (self.journal.failed and stored >= self._applied_end):
+                for _end, ops in self.journal.recover(after=stored):
+                    state.apply(ops)
             with self._space:
                 self._state = state
                 self._space.notify_all()
@@ -501,7 +520,10 @@ class JournaledStore(MergedReads):
         (acknowledged too, since the log is durable up to its own).
         """
         entry = _Applying(ops)
-        end = self.journal.append(ops, on_written=lambda: self._applying.append(entry))
+        try:
+            end = self.journal.append(ops, on_written=lambda: self._applying.append(entry))
+        except JournalError as exc:
+            raise JournalWriteError(str(exc)) from exc
         with self._lock:
             self._applied_end = max(self._applied_end, end)
             while entry.removed is None:
@@ -718,15 +740,27 @@ class JournaledStore(MergedReads):
         """Checkpoint (eliding acknowledged topic messages), then clean the database."""
         return self._through(self.pg.cleanup)
 
-    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
+    def expire(
+        self,
+        now_ms: int,
+        limit: int,
+        *,
+        remove: bool = True,
+        max_bytes: int | None = EXPIRE_MAX_BYTES,
+    ) -> list[StoredMessage]:
         with self._lock:
             state = self._state
             mem = [m for m in state.adds.values() if 0 < m.expiration < now_ms]
             # In-flight adds may be rows already: they are read from memory only.
             removed = list(state.removed) + state.in_flight_live()
             purged = list(state.purged)
-        rows = mem + self.db.expired(now_ms, limit, removed, purged)
-        rows = sorted(rows, key=lambda m: (m.expiration, m.id))[:limit]
+        bound = NO_BYTE_BOUND if max_bytes is None else max_bytes
+        db, cut = self._expired_in_database(now_ms, limit, removed, purged, bound)
+        rows = sorted(mem + db, key=lambda m: (m.expiration, m.id))
+        if cut and db:  # a database row left out may sort before a later memory add
+            last = (db[-1].expiration, db[-1].id)
+            rows = [m for m in rows if (m.expiration, m.id) <= last]
+        rows = within_bytes(rows[:limit], max_bytes)
         if remove and rows:
             self._write((), [Removal(m.container, m.id, Outcome.EXPIRED) for m in rows], ())
         return rows

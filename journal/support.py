@@ -202,6 +202,15 @@ def read_journal_id(directory: Path, *, holds_records: bool = False) -> str:
     return _new_journal_id(directory)
 
 
+def existing_journal_id(directory: Path) -> str | None:
+    """The id in ``directory``'s journal-id file, without making one; None when there is
+    no such file or it holds no id (a reader's look, unlike :func:`read_journal_id`)."""
+    try:
+        return _journal_id_in((directory / ID_FILE).read_bytes())
+    except OSError:
+        return None
+
+
 def _journal_id_in(data: bytes) -> str | None:
     """The UUID text of a ``journal-id`` file's contents, or None if it holds none."""
     try:

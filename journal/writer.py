@@ -296,17 +296,21 @@ class Journal:
             while done < length:
                 done += os.pwrite(self._fd, memoryview(data)[done:], start + done)
         except OSError as exc:
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             try:
                 os.ftruncate(self._fd, start)
+                self._allocated = start  # the zeroed space ahead went with it
             except OSError:
+                full = False
+            if not full:
+                # An I/O error may also have cost earlier writes not yet synced, which a
+                # later fsync would then report durable: nothing more is acknowledged.
                 self._fail_locked(exc)
                 raise JournalError(f"journal {self.directory}: write failed: {exc}") from exc
-            if exc.errno == errno.ENOSPC:
-                raise JournalFullError(
-                    f"no space left on the device of journal {self.directory}; free space, "
-                    f"the record was not written"
-                ) from exc
-            raise JournalError(f"journal {self.directory}: write failed: {exc}") from exc
+            raise JournalFullError(
+                f"no space left on the device of journal {self.directory}; free space, "
+                f"the record was not written"
+            ) from exc
         self._offset = start + length
         if self._offset > self._allocated:
             self._preallocate_locked()

@@ -76,3 +76,8 @@ class StoreClosedError(StoreError):
 
 class JournalFailedError(StoreError):
     """The journal failed while the broker ran (a write, sync or rotation)."""
+
+
+class JournalUnavailableError(StoreError):
+    """The local journal took no write: its disk is full (writes go on once there is room),
+    or it failed (the broker stops; what it acknowledged before is kept)."""

@@ -3,16 +3,20 @@ leave a segment it cannot use. The journal refuses with one clear error and writ
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from crc32c import crc32c
 from sqlalchemy.engine import Engine
 
+import journal.store as journal_store
 from journal import JournalError, JournalLockedError, repair
+from journal.checkpoint import CheckpointResult
 from journal.format import (
     FORMAT_VERSION,
     FRAME_OVERHEAD,
@@ -24,7 +28,7 @@ from journal.format import (
 from journal.store import JournalDatabaseMismatchError, JournaledStore, JournalUnusableError
 from mqstore import migrate
 from mqstore.db import create_engine
-from mqstore.errors import MqstoreError
+from mqstore.errors import DatabaseUnavailableError, MqstoreError
 from mqstore.store import PostgresStore
 from tests.conftest import Databases, count_rows
 from tests.integration.conftest import msg
@@ -234,3 +238,60 @@ def test_a_checkpoint_position_inside_a_repaired_stretch_still_replays_what_foll
     ]
     store = make_journaled(directory)  # message 2 is lost with the damage, 3 is replayed
     assert [m.msgid_seq for m in store.page(Q, None, 10)] == [0, 1, 3]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_archived_segments_of_a_recreated_journal_never_replace_earlier_ones(
+    make_journaled: JournaledFactory, tmp_path: Path
+) -> None:
+    """A new journal directory numbers its segments from 1 again: what the old one archived
+    must still be there, byte for byte, after the new one archives its own."""
+    archive = tmp_path / "archive"
+    ids = []
+    for name in ("old", "new"):
+        store = make_journaled(tmp_path / name, segment_size=4096, archive_dir=archive)
+        for i in range(12):
+            store.add([msg(Q, i, body=bytes(1000), producer=name)])
+        ids.append(store.journal_id)
+        store.stop()  # the final checkpoint releases the sealed segments
+        if name == "old":
+            before = {p: _digest(p) for p in archive.rglob("*.wal")}
+            assert before
+    assert ids[0] != ids[1]
+    assert before == {p: _digest(p) for p in before}
+    assert {p.parent.name for p in archive.rglob("*.wal")} == set(ids)
+
+
+def test_a_failed_journal_goes_on_after_a_checkpoint_that_committed_but_reported_a_failure(
+    make_journaled: JournaledFactory,
+    engine: Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The journal failed, so the window alone holds what was acknowledged; a checkpoint of
+    it committed, but its reply was lost. The next checkpoint cannot read the failed journal
+    back, and must not need to: the stop's final checkpoint succeeds, each message once."""
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    acked = [store.add([msg(Q, i)])[0] for i in range(2)]
+    shutil.rmtree(directory)
+    with pytest.raises(JournalError, match="deleted while in use"):
+        store.add([msg(Q, 2)])
+    real = journal_store.apply_checkpoint
+
+    def reply_lost(*args: Any, **kwargs: Any) -> CheckpointResult:
+        monkeypatch.setattr(journal_store, "apply_checkpoint", real)
+        real(*args, **kwargs)
+        raise DatabaseUnavailableError("the connection was lost after COMMIT was sent")
+
+    monkeypatch.setattr(journal_store, "apply_checkpoint", reply_lost)
+    with pytest.raises(DatabaseUnavailableError):
+        store.checkpoint()
+    assert store.checkpoint() is None  # the commit went through: nothing is left to write
+    store.stop()
+    assert count_rows(engine, "activemq_msgs") == 2
+    store = make_journaled(directory)
+    assert [m.id for m in store.page(Q, None, 100)] == acked

@@ -254,7 +254,10 @@ def test_disk_full_cuts_the_record_and_keeps_the_journal_usable(
             journal.append([add(2)])
         monkeypatch.setattr(os, "pwrite", real_pwrite)
         assert journal.position == first
+        [active] = tmp_path.glob("*.wal")
+        assert journal.bytes_on_disk == active.stat().st_size == first.offset
         journal.append([add(3)])
+        assert active.stat().st_size > journal.position.offset  # zeroed ahead again
     with Journal.open(tmp_path) as journal:
         assert journal.recovery_report is None
         assert ids_of(journal) == [1, 3]
@@ -301,6 +304,29 @@ def test_failed_fsync_fails_the_journal(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.undo()
     with Journal.open(tmp_path) as journal:
         assert ids_of(journal) in ([], [1])
+
+
+def test_a_write_that_fails_with_an_io_error_fails_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unlike a full disk: after EIO the page cache may have dropped earlier writes not yet
+    synced, which a later fsync would report durable. Nothing more is acknowledged."""
+
+    def broken(fd: int, data: bytes | memoryview, offset: int) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    journal = Journal.open(tmp_path)
+    journal.append([add(1)])
+    monkeypatch.setattr(os, "pwrite", broken)
+    with pytest.raises(JournalError, match="write failed"):
+        journal.append([add(2)])
+    monkeypatch.undo()
+    assert journal.failed
+    with pytest.raises(JournalError, match="restart"):
+        journal.append([add(3)])
+    journal.close()
+    with Journal.open(tmp_path) as journal:
+        assert ids_of(journal) == [1]
 
 
 def test_preallocated_space_is_trimmed_and_not_reported_as_damage(
