@@ -162,6 +162,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         metrics_host=settings.metrics_host,
         destination_gc_after=settings.destination_gc_s,
         max_transaction_bytes=settings.transaction_mb << 20,
+        max_transactions=settings.max_transactions,
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         producer_block_timeout=_seconds(settings.store_full_wait_ms),
         memory_block_timeout=_seconds(settings.memory_full_wait_ms),

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     transaction_mb: int = Field(
         default=64, ge=0, description="uncommitted transacted sends per connection; 0: no limit"
     )
+    max_transactions: int = Field(
+        default=100, ge=0, description="open transactions per connection; 0: no limit"
+    )
     destination_gc_s: float = Field(
         default=60.0, ge=0, description="forget destinations idle this long; 0 keeps them"
     )

@@ -106,6 +106,10 @@ class BrokerConfig:
     #: transacted SEND gets an ERROR and the connection's transactions are rolled back.
     #: 0: no limit.
     max_transaction_bytes: int = 64 << 20
+    #: Transactions one connection may have open at once (BEGIN without COMMIT or ABORT);
+    #: one more BEGIN gets an ERROR and the connection's transactions are rolled back.
+    #: 0: no limit (as ActiveMQ, which has none).
+    max_transactions: int = 100
     store_usage_limit: int = 0
     producer_block_timeout: float | None = 30.0
     memory_block_timeout: float | None = None
@@ -142,6 +146,10 @@ class BrokerConfig:
         if self.max_connections < 0:
             raise ConfigError(
                 f"max_connections ({self.max_connections}) must be 0 (no limit) or more"
+            )
+        if self.max_transactions < 0:
+            raise ConfigError(
+                f"max_transactions ({self.max_transactions}) must be 0 (no limit) or more"
             )
         check_block_timeout("memory_block_timeout", self.memory_block_timeout)
         if self.memory_window < 1 or self.memory_window_bytes < 1 or self.memory_limit < 1:

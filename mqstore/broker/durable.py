@@ -296,6 +296,13 @@ class DurableSub:
 
         return op, finish
 
+    def forget(self, ids: set[int]) -> None:
+        """These stored messages left the store without an ack of this subscription (the
+        expiry sweep removed them): their redelivery counters go, as nothing delivers them
+        again."""
+        for ident in ids:
+            self.delivered.pop(ident, None)
+
     def removed(self, msgs: list[BrokerMessage]) -> None:
         """Nothing to do: :meth:`settle_work` already moved LAST_ACKED_ID."""
 

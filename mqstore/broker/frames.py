@@ -112,24 +112,37 @@ class FrameParser:
         self.version = "1.0"
         self._buf = bytearray()
         self.heartbeats = 0  # EOLs seen between frames (client heart-beats)
+        self._error: FrameError | None = None  # met after frames still to be acted on
+
+    @property
+    def failed(self) -> bool:
+        """Whether the next :meth:`feed` raises the error met after the frames it returned."""
+        return self._error is not None
 
     def feed(self, data: bytes) -> list[Frame]:
         """Append ``data``; return every frame now complete.
 
         Parsing stops after a CONNECT/STOMP frame: what follows it is read in the version
-        it negotiates, by the next call (``feed(b"")`` when no more data comes).
+        it negotiates, by the next call (``feed(b"")`` when no more data comes). A bad frame
+        after good ones is raised by the next call (see :attr:`failed`), so the frames the
+        client sent before it are acted on first, however the bytes arrived.
         """
+        if self._error is not None:
+            raise self._error
         self._buf += data
         frames: list[Frame] = []
-        while True:
-            frame = self._next()
-            if frame is None:
-                break
-            frames.append(frame)
-            if frame.command in ("CONNECT", "STOMP"):
-                return frames
-        if len(self._buf) > self.limits.max_frame_size:
-            raise FrameError(f"frame larger than the limit of {self.limits.max_frame_size} bytes")
+        try:
+            while (frame := self._next()) is not None:
+                frames.append(frame)
+                if frame.command in ("CONNECT", "STOMP"):
+                    return frames
+            if len(self._buf) > self.limits.max_frame_size:
+                limit = self.limits.max_frame_size
+                raise FrameError(f"frame larger than the limit of {limit} bytes")
+        except FrameError as exc:
+            if not frames:
+                raise
+            self._error = exc
         return frames
 
     def _next(self) -> Frame | None:

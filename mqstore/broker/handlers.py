@@ -13,9 +13,9 @@ from mqstore.broker.messages import BrokerMessage, container_of, destination_opt
 from mqstore.broker.subscriptions import ACK_MODES, MESSAGE_OVERHEAD, Consumer, Delivery
 from mqstore.broker.transactions import Transaction
 from mqstore.broker.writer import Op
-from mqstore.errors import DatabaseUnavailableError, LockError
+from mqstore.errors import DatabaseUnavailableError, JournalUnavailableError, LockError
 from mqstore.openwire import ProducerId
-from mqstore.store.model import Outcome
+from mqstore.store.model import Outcome, SubscriptionKey
 
 if TYPE_CHECKING:
     from mqstore.broker.server import Broker, Destination
@@ -112,6 +112,9 @@ class Handlers:
                 raise _error(f"client-id {client_id!r} is already connected; use another one")
             self.client_id = client_id
         headers = [("version", version), ("server", "mqstore/0.1"), ("session", self.producer_text)]
+        request = frame.get("request-id") or frame.get("receipt")
+        if request is not None:  # as ActiveMQ: a client may wait for this id on CONNECTED
+            headers += [("response-id", request), ("receipt-id", request)]
         if version != "1.0":
             cx, cy = _heartbeat(frame.get("heart-beat") or "0,0")
             sx, sy = cfg.heartbeat_ms
@@ -286,13 +289,27 @@ class Handlers:
 
     async def on_unsubscribe(self, frame: Frame) -> None:
         sub_id = frame.get("id") or frame.get("destination")
-        consumer = self.consumers.pop(sub_id or "", None)
-        if consumer is None and self.version == "1.0" and not frame.get("id") and sub_id:
-            consumer = self._pop_by_destination(container_of(sub_id))
+        if not sub_id:
+            raise _error(
+                "UNSUBSCRIBE needs an id header (the id its SUBSCRIBE gave) or a destination "
+                "header (with activemq.subscriptionName: the topic of the durable subscription "
+                "to delete)"
+            )
+        found = self._subscription_named(frame, sub_id)
+        consumer = self.consumers.get(found) if found is not None else None
         name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
         if consumer is None and not name:
-            raise _error(f"no subscription with id {sub_id!r} on this connection")
-        if consumer is not None:
+            named = f"id {sub_id!r}" if frame.get("id") else f"destination {sub_id!r}"
+            raise _error(f"no subscription with {named} on this connection")
+        container = ""
+        if name:
+            dest = frame.get("destination")
+            container = container_of(dest) if dest else consumer.container if consumer else ""
+            if not self.client_id or not container.startswith("topic://"):
+                raise _error("removing a durable subscription needs client-id and a topic")
+            await self._refuse_durable_in_use(container, name, consumer)
+        if found is not None and consumer is not None:
+            del self.consumers[found]
             held = list(consumer.in_flight.values())
             self.broker.unsubscribe(consumer)
             # A queue keeps the deliveries settled in a transaction for its COMMIT or ABORT;
@@ -300,27 +317,49 @@ class Handlers:
             kept = {id(d) for d in consumer.in_flight.values()}
             for tx in self.txs.values():
                 tx.forget([d for d in held if id(d) not in kept])
-        if name:
-            dest = frame.get("destination")
-            container = container_of(dest) if dest else consumer.container if consumer else ""
-            if not self.client_id or not container.startswith("topic://"):
-                raise _error("removing a durable subscription needs client-id and a topic")
+        if name and self.client_id:
             await self.broker.delete_durable(container, self.client_id, name)
         self.receipt(frame)
 
-    def _pop_by_destination(self, container: str) -> Consumer | None:
-        """STOMP 1.0: UNSUBSCRIBE may name the destination of a subscription made with an
-        id (the first such one goes, as in ActiveMQ)."""
-        for sub_id, consumer in self.consumers.items():
-            if consumer.container == container:
-                return self.consumers.pop(sub_id)
+    def _subscription_named(self, frame: Frame, sub_id: str | None) -> str | None:
+        """The id of the subscription an UNSUBSCRIBE names. STOMP 1.0 may name the
+        destination of a subscription made with an id (the first such one, as in ActiveMQ)."""
+        if sub_id in self.consumers:
+            return sub_id
+        if self.version == "1.0" and not frame.get("id") and sub_id:
+            container = container_of(sub_id)
+            return next((k for k, c in self.consumers.items() if c.container == container), None)
         return None
+
+    async def _refuse_durable_in_use(
+        self, container: str, name: str, leaving: Consumer | None
+    ) -> None:
+        """A durable subscription is deleted only once its subscriber is gone (as ActiveMQ:
+        "durable consumer is in use"), or goes in the same UNSUBSCRIBE; a subscriber of the
+        client's previous connection, still closing, is waited for (as a SUBSCRIBE does)."""
+        topic = self.broker.topics.get(container)
+        key = SubscriptionKey(container, self.client_id or "", name)
+        sub = topic.durables.get(key) if topic is not None else None
+        if sub is None or sub.consumer is None or sub.consumer is leaving:
+            return
+        if not await self.broker.wait_detached(sub):
+            user = sub.consumer.sub_id if sub.consumer is not None else None
+            raise _error(
+                f"durable subscription {name!r} is in use by subscription id {user!r}: "
+                "UNSUBSCRIBE that id first (or name it in the same frame), then delete the "
+                "durable subscription"
+            )
 
     # -- ACK / NACK ---------------------------------------------------------------------------
     def _find(self, frame: Frame) -> Delivery:
         if self.version == "1.2":
             token = frame.get("id")
-            delivery = self.tokens.get(token or "")
+            if not token:
+                raise _error(
+                    f"{frame.command} needs an id header (STOMP 1.2): the value of the ack "
+                    "header of the MESSAGE it settles"
+                )
+            delivery = self.tokens.get(token)
             if delivery is None:
                 raise _error(f"{frame.command} for unknown or already settled ack id {token!r}")
             return delivery
@@ -406,6 +445,13 @@ class Handlers:
         tx_id = self._tx_header(frame)
         if tx_id in self.txs:
             raise _error(f"transaction {tx_id!r} is already in progress")
+        limit = self.broker.config.max_transactions
+        if limit and len(self.txs) >= limit:
+            raise _error(
+                f"BEGIN of transaction {tx_id!r} refused: this connection has {len(self.txs)} "
+                f"open transactions (max_transactions {limit}, MQSTORE_MAX_TRANSACTIONS): "
+                "commit or abort one before beginning another; they are rolled back"
+            )
         self.txs[tx_id] = Transaction(tx_id)
         self.receipt(frame)
 
@@ -455,6 +501,8 @@ class Handlers:
                 broker.usage.release(m.size)
             for dest, msgs in by_dest.values():  # nor consumed
                 dest.unsettled(msgs)
+            # Its NACKs were not acted on: the messages come back, as after an ABORT.
+            self.abort(Transaction(tx.tx_id, nacks=tx.nacks))
             raise
         for m, ident in zip(stored, ids, strict=True):
             broker.stored(m, ident)
@@ -497,13 +545,17 @@ class Handlers:
 
 def for_client(exc: BaseException) -> str:
     """What an ERROR frame says about ``exc``: the store's own trouble (its database away,
-    the master lock lost) in words for a client, with no server names (those are logged)."""
+    the master lock lost, its journal) in words for a client, with no server names (those
+    are logged)."""
     if isinstance(exc, DatabaseUnavailableError):
         log.warning("store unavailable: %s", exc)
         return "the broker's store is unavailable; nothing of this frame was done, try again later"
     if isinstance(exc, LockError):
         log.warning("not master: %s", exc)
         return "this broker is not the master any more; reconnect to the master"
+    if isinstance(exc, JournalUnavailableError):
+        log.warning("journal: %s", exc)
+        return "the broker's journal took no write (its disk full, or failed); try again later"
     return str(exc)
 
 

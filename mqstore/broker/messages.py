@@ -28,6 +28,8 @@ _RESERVED = _JMS_SETTERS | {
     "priority", "expires", "correlation-id", "reply-to", "type", "message-id", "timestamp",
     "subscription", "ack", "redelivered", "login", "passcode",
 }  # fmt: skip
+#: MESSAGE headers the broker sets for each delivery, never taken from a property.
+_PER_DELIVERY = frozenset({"content-length", "subscription", "redelivered", "ack"})
 #: STOMP destination prefixes a reply-to may name (others stay a String property).
 _REPLY_KINDS = ("queue", "topic", "temp-queue", "temp-topic")
 
@@ -308,7 +310,9 @@ def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:
         raise UnrenderableError(
             f"message {ow.jms_message_id} has malformed properties: {exc}"
         ) from None
-    taken = {k for k, _ in headers} | {"content-length"}  # the frame's own, from its body
+    # The frame's own (content-length from its body; subscription, redelivered and ack
+    # from the subscription): a property of the same name would come first and win.
+    taken = {k for k, _ in headers} | _PER_DELIVERY
     for key, value in props.items():
         if key not in taken:
             headers.append((key, value_of(value)))  # as ActiveMQ's STOMP: "" + value

@@ -56,6 +56,8 @@ class Connection(Handlers):
         self.closing = False  # no more frames are read
         self._errored = False  # an ERROR frame was sent: nothing else is
         self._finished = False  # cleanup done: the write loop ends once it has written all
+        #: Set once cleanup detached the consumers (a reconnect of the client waits for it).
+        self.detached = asyncio.Event()
         self.client_id: str | None = None
         self.login: str | None = None
         self.consumers: dict[str, Consumer] = {}
@@ -246,18 +248,23 @@ class Connection(Handlers):
                 try:
                     frames = self.parser.feed(data)
                 except FrameError as exc:
+                    await self.settle_sends()  # the receipts of the frames before it come first
                     self.error(f"malformed frame: {exc}")
                     return
                 for frame in frames:
                     try:
                         await self.handle(frame)
                     except (ProtocolError, FrameError, MqstoreError) as exc:
+                        await self.settle_sends()  # their receipts come before the ERROR
                         self.error(for_client(exc), frame)
                         return
                     if self.closing:
                         return
-                # Frames sent along with CONNECT are parsed once its version is known.
-                more = bool(frames) and frames[-1].command in ("CONNECT", "STOMP")
+                # Frames sent along with CONNECT are parsed once its version is known; a bad
+                # frame after good ones is reported once those are acted on.
+                more = bool(frames) and (
+                    frames[-1].command in ("CONNECT", "STOMP") or self.parser.failed
+                )
                 data = b""
 
     def gone(self) -> bool:
@@ -292,10 +299,13 @@ class Connection(Handlers):
                     await self._settled.wait()
         except TimeoutError:
             log.warning("connection %s closed with unsettled sends", self.peer)
-        for tx in list(self.txs.values()):
-            self.abort(tx)
-        self.txs.clear()
-        for consumer in list(self.consumers.values()):
-            self.broker.unsubscribe(consumer)
-        self.consumers.clear()
-        self.broker.connection_closed(self)
+        try:
+            for tx in list(self.txs.values()):
+                self.abort(tx)
+            self.txs.clear()
+            for consumer in list(self.consumers.values()):
+                self.broker.unsubscribe(consumer)
+            self.consumers.clear()
+            self.broker.connection_closed(self)
+        finally:
+            self.detached.set()

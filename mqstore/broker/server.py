@@ -446,16 +446,62 @@ class Broker:
         key = SubscriptionKey(container, client_id, durable)
         sub = topic.durables.get(key)
         if sub is None:
+            await self._delete_moved_durable(key)
             row = await asyncio.to_thread(self.store.add_subscription, key)
             sub = topic.durables.get(key)
             if sub is None:
                 sub = topic.durables[key] = DurableSub(topic, key, row.last_acked_id, 0)
-        if sub.active:
+        if not await self.wait_detached(sub):
             raise ProtocolError(
                 f"durable subscription {durable!r} of client {client_id!r} already has an "
-                "active subscriber"
+                f"active subscriber{_held_by(sub)}"
             )
+        if topic.durables.get(key) is not sub:  # deleted while the old subscriber left
+            await self.subscribe(consumer, durable, client_id)
+            return
         sub.attach(consumer)
+
+    async def wait_detached(self, sub: DurableSub) -> bool:
+        """Whether ``sub`` has no subscriber, once a closing connection that holds it (the
+        client's previous one, still storing its last sends) detached it: waited for at most
+        as long as that connection's cleanup waits for its sends (``stop_timeout``)."""
+        holder = _closing_holder(sub)
+        if holder is not None:
+            log.info(
+                "durable subscription %s waits for the previous connection %s of its client "
+                "to close", sub.key, holder.peer,
+            )  # fmt: skip
+            try:
+                async with asyncio.timeout(self.config.stop_timeout + 1.0):
+                    await holder.detached.wait()
+            except TimeoutError:
+                pass
+        return not sub.active
+
+    async def _delete_moved_durable(self, key: SubscriptionKey) -> None:
+        """A client's durable subscription name names one subscription, whatever its topic
+        (as ActiveMQ): subscribing it to another topic deletes the old topic's one, which
+        would otherwise keep its messages stored for ever; refused while that one has an
+        active subscriber."""
+        for topic in list(self.topics.values()):
+            if topic.container == key.container:
+                continue
+            for old, sub in list(topic.durables.items()):
+                if (old.client_id, old.sub_name) != (key.client_id, key.sub_name):
+                    continue
+                if not await self.wait_detached(sub):
+                    raise ProtocolError(
+                        f"durable subscription {key.sub_name!r} of client {key.client_id!r} "
+                        f"is in use on {old.container}{_held_by(sub)}: unsubscribe it there "
+                        "first, or use another subscription name"
+                    )
+                if topic.durables.get(old) is not sub:
+                    continue  # deleted meanwhile
+                log.info(
+                    "durable subscription %r of client %r moves from %s to %s: the old one "
+                    "is deleted", key.sub_name, key.client_id, old.container, key.container,
+                )  # fmt: skip
+                await self.delete_durable(old.container, key.client_id, key.sub_name)
 
     def unsubscribe(self, consumer: Consumer) -> None:
         """Detach a consumer; unacknowledged messages go back."""
@@ -599,6 +645,23 @@ class _Move:
     copies: list[BrokerMessage] = field(default_factory=list)
     keys: list[tuple[str, str, int]] = field(default_factory=list)  # audit entries it holds
     ids: list[int] = field(default_factory=list)  # store IDs of the messages it consumes
+
+
+def _closing_holder(sub: DurableSub) -> Connection | None:
+    """The connection holding ``sub``'s subscriber, if it is closing (not yet detached)."""
+    holder = sub.consumer.conn if sub.consumer is not None else None
+    return holder if isinstance(holder, Connection) and holder.closing else None
+
+
+def _held_by(sub: DurableSub) -> str:
+    """Why a durable subscription is still in use when its holder is a closing connection."""
+    holder = _closing_holder(sub)
+    if holder is not None:
+        return (
+            f" (the client's previous connection {holder.peer} is closing but still storing "
+            "its last sends; subscribe again later)"
+        )
+    return ""
 
 
 def _fail(fut: asyncio.Future[list[int]], exc: BaseException) -> None:

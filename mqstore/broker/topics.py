@@ -217,7 +217,8 @@ class Topic:
 
     def expired(self, ids: set[int]) -> None:
         """The expiry sweep removed these stored messages: their bytes leave the store usage
-        (no subscriber's ack may ever pass them, e.g. while it is offline)."""
+        (no subscriber's ack may ever pass them, e.g. while it is offline), and no durable
+        subscription keeps their redelivery counters."""
         left: deque[tuple[int, int, int]] = deque()
         for entry in self.stored:
             if entry[0] in ids:
@@ -225,6 +226,8 @@ class Topic:
             else:
                 left.append(entry)
         self.stored = left
+        for sub in self.durables.values():
+            sub.forget(ids)
 
     def stats(self) -> dict[str, int]:
         return {

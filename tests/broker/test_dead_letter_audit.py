@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mqstore.broker.memory_store import MemoryStore
-from mqstore.store.model import Batch, Outcome, StoredMessage
+from mqstore.store.model import EXPIRE_MAX_BYTES, Batch, Outcome, StoredMessage
 from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread, Collector, connect, wait_until
 
@@ -155,8 +155,15 @@ class _RacingExpiryStore(MemoryStore):
             self.moved.set()
         return ids
 
-    def expire(self, now_ms: int, limit: int, *, remove: bool = True) -> list[StoredMessage]:
-        rows = super().expire(now_ms, limit, remove=remove)
+    def expire(
+        self,
+        now_ms: int,
+        limit: int,
+        *,
+        remove: bool = True,
+        max_bytes: int | None = EXPIRE_MAX_BYTES,
+    ) -> list[StoredMessage]:
+        rows = super().expire(now_ms, limit, remove=remove, max_bytes=max_bytes)
         if rows and not self.read.is_set() and self.loop is not None:
             self.read.set()
             self.moved.wait(10)

@@ -147,3 +147,34 @@ def test_a_message_a_durable_subscriber_never_acks_goes_to_the_dlq_past_the_limi
         assert any_store.pending_count(SubscriptionKey("topic://poison", "cid", "dur")) == 0
     finally:
         bt.close()
+
+
+def _redelivery_counters(bt: BrokerThread, key: SubscriptionKey) -> dict[int, int]:
+    """The redelivery counters the broker keeps for ``key``'s delivered, unacked messages."""
+    assert bt.broker is not None
+    topics = bt.broker.topics
+
+    async def read() -> dict[int, int]:
+        return dict(topics[key.container].durables[key].delivered)
+
+    result: dict[int, int] = bt.call(read())
+    return result
+
+
+def test_an_unacked_message_expired_while_its_subscriber_is_offline_leaves_no_counter(
+    broker: BrokerThread, any_store: Store
+) -> None:
+    key = SubscriptionKey("topic://ttl-unacked", "cid", "dur")
+    c, col = connect(broker.port, client_id="cid")
+    c.subscribe("/topic/ttl-unacked", id="d", ack="client-individual", headers=DUR, receipt="s")
+    assert col.wait(lambda: "s" in col.receipts)
+    expires = str(int(time.time() * 1000) + 3000)  # time enough to be delivered first
+    _publish(broker, "/topic/ttl-unacked", ["a"], expires=expires)
+    assert [m.body for m in col.wait_messages(1)] == ["a"]
+    assert len(_redelivery_counters(broker, key)) == 1  # delivered, not acked
+    c.disconnect()  # offline, "a" unacked: its counter is kept for the next session
+
+    # The sweep removes "a" once expired; its store usage is released in the same step.
+    assert wait_until(lambda: any_store.pending_count(key) == 0, 20)
+    assert wait_until(lambda: broker.snapshot()["store_usage"]["used"] == 0, 20)
+    assert _redelivery_counters(broker, key) == {}

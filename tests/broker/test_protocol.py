@@ -408,3 +408,30 @@ def test_an_expires_beyond_a_java_long_gets_an_error(
     reply = raw.frame()
     assert reply.startswith(b"ERROR") and b"expires" in reply, reply
     assert raw.closed()
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.2"])
+def test_an_unsubscribe_without_id_or_destination_says_what_it_needs(
+    raw_broker: BrokerThread, version: str
+) -> None:
+    raw = Raw(raw_broker.port)
+    raw.send(f"CONNECT\naccept-version:{version}\nhost:x\n\n\x00".encode())
+    assert raw.frame().startswith(b"CONNECTED")
+    raw.send(b"UNSUBSCRIBE\nreceipt:u\n\n\x00")
+    reply = raw.frame()
+    assert reply.startswith(b"ERROR\n") and b"receipt-id:u" in reply, reply
+    assert b"UNSUBSCRIBE needs an id header" in reply and b"or a destination header" in reply
+    assert b"None" not in reply
+    assert raw.closed()
+
+
+def test_a_stomp_10_unsubscribe_of_an_unknown_destination_names_the_destination(
+    raw_broker: BrokerThread,
+) -> None:
+    raw = Raw(raw_broker.port)
+    raw.send(b"CONNECT\nhost:x\n\n\x00")
+    assert raw.frame().startswith(b"CONNECTED")
+    raw.send(b"UNSUBSCRIBE\ndestination:/queue/none\n\n\x00")
+    reply = raw.frame()
+    assert b"no subscription with destination '/queue/none' on this connection" in reply, reply
+    assert raw.closed()

@@ -115,6 +115,8 @@ def test_receipted_messages_survive_the_journal_directory_being_deleted(
             receipted.append(body)
         assert len(receipted) >= 5
         assert client.errors, "the broker went on acknowledging into a deleted journal"
+        said = " ".join(f"{e.headers} {e.body}" for e in client.errors)
+        assert "journal took no write" in said and str(base) not in said, said
         assert server.process is not None
         try:  # a broker that can write nothing stops, for a supervisor to restart it
             code = server.process.wait(30)
