@@ -48,6 +48,13 @@ def _url() -> str:
         sys.exit("no database: set MQSTORE_DSN or pass -x dsn=postgresql://user@host/dbname")
     for scheme in ("postgresql+psycopg://", "postgresql://", "postgres://"):
         if url.startswith(scheme):
+            from mqstore.db import parse_dsn
+            from mqstore.errors import ConfigError
+
+            try:
+                parse_dsn(url)  # one line, never echoing a password, for what cannot parse
+            except ConfigError as exc:
+                sys.exit(str(exc))
             return "postgresql+psycopg://" + url[len(scheme) :]
     scheme = url.split("://", 1)[0] if "://" in url else "(none)"  # never echo the rest
     sys.exit(f"unsupported DSN scheme {scheme!r}: use postgresql://USER@HOST/DBNAME")

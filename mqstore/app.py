@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from mqstore import db
@@ -19,7 +20,13 @@ from mqstore.broker import Broker, BrokerConfig, eventloop
 from mqstore.broker.config import RedeliveryPolicy
 from mqstore.broker.frames import Limits
 from mqstore.embedded import EmbeddedPostgres
-from mqstore.errors import ConfigError, JournalFailedError, LockLostError
+from mqstore.embedded.server import stop_signals
+from mqstore.errors import (
+    ConfigError,
+    DatabaseUnavailableError,
+    JournalFailedError,
+    LockLostError,
+)
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
 from mqstore.schema import build_schema
 from mqstore.settings import Settings
@@ -49,7 +56,11 @@ def open_database(settings: Settings) -> Iterator[Database]:
     dsn = settings.dsn
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir, stop_on_close=True)
-        dsn = embedded.start()
+        try:
+            dsn = embedded.start()
+        except BaseException:  # Ctrl-C, SIGTERM: the server may have become ours
+            embedded.close()
+            raise
     engine = db.create_engine(dsn)
     database = Database(dsn, engine, embedded)
     try:
@@ -59,6 +70,28 @@ def open_database(settings: Settings) -> Iterator[Database]:
         database.close()
 
 
+def check_lock_settings(settings: Settings) -> None:
+    """Refuse the row lock for a journaled broker (see :func:`build_locker`)."""
+    if settings.journal and settings.lock == "row":
+        raise ConfigError(
+            "the row lock pairs this broker with ActiveMQ standbys, which a local journal "
+            "cannot serve (a standby would see a stale database): use --no-journal with "
+            "--lock row, or keep the journal with --lock lease or --lock none"
+        )
+
+
+def require_writable(engine: Engine) -> None:
+    """Refuse a database that takes no writes (a hot standby, ``default_transaction_read_only``):
+    a broker on it would retry its lock for ever, or, without one, accept messages it cannot
+    store."""
+    with engine.connect() as conn:
+        read_only = conn.execute(sa.text("SHOW transaction_read_only")).scalar() == "on"
+    if read_only:
+        raise DatabaseUnavailableError(
+            f"the database at {db.redact(engine.url)} is read-only: {db.STATEMENT_ADVICE['25006']}"
+        )
+
+
 def build_locker(settings: Settings, engine: Engine) -> Locker:
     """The master lock the settings ask for.
 
@@ -66,12 +99,7 @@ def build_locker(settings: Settings, engine: Engine) -> Locker:
     standby) and the row lock, which exists only to pair with ActiveMQ standbys, is refused.
     """
     schema = build_schema(settings.table_prefix)
-    if settings.journal and settings.lock == "row":
-        raise ConfigError(
-            "the row lock pairs this broker with ActiveMQ standbys, which a local journal "
-            "cannot serve (a standby would see a stale database): use --no-journal with "
-            "--lock row, or keep the journal with --lock lease or --lock none"
-        )
+    check_lock_settings(settings)
     if settings.lock == "lease":
         lease = LeaseLocker(
             engine,
@@ -226,15 +254,18 @@ def serve(settings: Settings, host: str, port: int) -> None:
     A database that does not answer for a while deposes nobody.
     """
     config = broker_config(settings)  # bad settings fail before the database starts
+    check_lock_settings(settings)
+    refuse_journal_in_use(settings)
     raise_file_limit(config.max_connections)
     with open_database(settings) as database:
         if database.embedded is not None:
             from mqstore import migrate
 
             migrate.upgrade(database.engine, settings.table_prefix)
+        require_writable(database.engine)
         stop = threading.Event()
         deposed = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in stop_signals():
             signal.signal(sig, lambda *_: stop.set())
 
         def lock_lost() -> None:  # from the store's keeper thread
@@ -272,6 +303,27 @@ def serve(settings: Settings, host: str, port: int) -> None:
                     else "; restart it to wait as a standby"
                 )
             )
+
+
+def refuse_journal_in_use(settings: Settings) -> None:
+    """Refuse at once when another process (a second ``mqstore serve`` on the same data
+    directory, say) holds the journal, instead of waiting for the lease it holds under this
+    same broker name and then blaming the name."""
+    directory = settings.resolved_journal_dir
+    if not settings.journal or not directory.is_dir():
+        return
+    from journal.errors import JournalLockedError
+    from journal.segments import DirectoryLock
+
+    try:
+        DirectoryLock(directory).acquire().release()
+    except JournalLockedError as exc:
+        raise ConfigError(
+            f"{exc} (is another `mqstore serve` running on this --data-dir? A second broker "
+            "needs its own --data-dir or --journal-dir)"
+        ) from None
+    except OSError:
+        return  # starting the journal says what is wrong with the directory
 
 
 #: Descriptors a broker needs besides its client connections: the database pool, the
@@ -340,10 +392,21 @@ def _postgres_of(store: Store) -> PostgresStore:
     return store.pg
 
 
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT`` as ``--stomp`` takes it (an IPv6 address in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 async def _run_broker(broker: Broker, host: str, port: int, stop: threading.Event) -> None:
-    await broker.start(host, port)
-    log.info("mqstore serving STOMP on %s:%s", host, broker.port)
-    print(f"mqstore serving STOMP on {host}:{broker.port}", flush=True)
+    try:
+        await broker.start(host, port)
+    except OSError as exc:  # a port in use, a host name that does not resolve, ...
+        raise ConfigError(
+            f"cannot listen for STOMP on {host_port(host, port)}: {exc.strerror or exc}; give "
+            "--stomp an address of this host and a free port, or stop what listens there"
+        ) from None
+    log.info("mqstore serving STOMP on %s", host_port(host, broker.port))
+    print(f"mqstore serving STOMP on {host_port(host, broker.port)}", flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, stop.wait)
     log.info("shutting down")

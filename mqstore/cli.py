@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -276,20 +277,29 @@ def serve(
     dsn: DsnOpt = None,
     table_prefix: PrefixOpt = None,
     data_dir: DataDirOpt = None,
-    stomp: Annotated[str, typer.Option(help="HOST:PORT to listen on")] = "127.0.0.1:61613",
+    stomp: Annotated[
+        str, typer.Option(help="HOST:PORT to listen on ([::1]:PORT for IPv6; port 0: any free)")
+    ] = "127.0.0.1:61613",
     broker_name: Annotated[
         str | None, typer.Option(help="lock holder id [MQSTORE_BROKER_NAME]")
     ] = None,
-    journal_dir: Annotated[Path | None, typer.Option(help="journal directory")] = None,
-    no_journal: Annotated[
-        bool,
+    journal_dir: Annotated[
+        Path | None,
+        typer.Option(help="journal directory [MQSTORE_JOURNAL_DIR]; unset: DATA_DIR/journal"),
+    ] = None,
+    journal: Annotated[
+        bool | None,
         typer.Option(
-            "--no-journal", help="write to the database directly (needed for shared-database HA)"
+            "--journal/--no-journal",
+            help="keep the local journal, or write to the database directly (needed for "
+            "shared-database HA) [MQSTORE_JOURNAL; default: journal]",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     lock: Annotated[str | None, typer.Option(help="lease | row | none [MQSTORE_LOCK]")] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="serve Prometheus /metrics on this port")
+        int | None,
+        typer.Option(help="serve Prometheus /metrics on this port [MQSTORE_METRICS_PORT]"),
     ] = None,
     metrics_host: Annotated[
         str | None, typer.Option(help="address /metrics listens on [MQSTORE_METRICS_HOST]")
@@ -330,7 +340,7 @@ def serve(
             broker_name=broker_name,
             journal_dir=journal_dir,
             lock=lock,
-            journal=False if no_journal else None,
+            journal=journal,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             users_file=users_file,
@@ -338,14 +348,22 @@ def serve(
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
         )
-        host, _, port = stomp.rpartition(":")
-        if not host or not port.isdigit() or int(port) > 65535:
-            raise typer.BadParameter(
-                f"--stomp must be HOST:PORT with a port from 0 to 65535, got {stomp!r}"
-            )
-        run_serve(settings, host, int(port))
+        run_serve(settings, *_listen_address(stomp))
 
     _run(body)
+
+
+def _listen_address(stomp: str) -> tuple[str, int]:
+    """``--stomp`` as (host, port): ``HOST:PORT``, ``[IPV6]:PORT``."""
+    host, _, port = stomp.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or not port.isdigit() or int(port) > 65535 or "[" in host or "]" in host:
+        raise ConfigError(
+            f"--stomp must be HOST:PORT (an IPv6 address in brackets: [::1]:61613) with a "
+            f"port from 0 to 65535, got {stomp!r}"
+        )
+    return host, int(port)
 
 
 def _container(destination: str) -> str:
@@ -411,17 +429,23 @@ def stats(
     dsn: DsnOpt = None,
     table_prefix: PrefixOpt = None,
     data_dir: DataDirOpt = None,
+    journal_dir: Annotated[
+        Path | None,
+        typer.Option(help="the broker's journal [MQSTORE_JOURNAL_DIR]; unset: DATA_DIR/journal"),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Destinations and depths, durable subscriptions and backlog, lock and journal state."""
 
     def body() -> None:
+        from journal.support import existing_journal_id
         from mqstore.app import open_database
         from mqstore.lock import read_lock
         from mqstore.schema import build_schema
         from mqstore.store import PostgresStore
 
-        settings = _settings_to_read(dsn, table_prefix, data_dir)
+        settings = _settings_to_read(dsn, table_prefix, data_dir, journal_dir=journal_dir)
+        journal_id = existing_journal_id(settings.resolved_journal_dir)
         with open_database(settings) as database:
             store = PostgresStore(database.engine, prefix=settings.table_prefix)
             figures = store.stats()
@@ -430,10 +454,10 @@ def stats(
                 lock = read_lock(conn, schema)
                 applied = None
                 # A database only ActiveMQ used (not yet adopted) has no journal table.
-                if sa.inspect(conn).has_table(schema.journal.name):
+                if journal_id and sa.inspect(conn).has_table(schema.journal.name):
                     jt = schema.journal.c
                     applied = conn.execute(
-                        sa.select(jt.segment, jt.position).order_by(jt.updated_at.desc()).limit(1)
+                        sa.select(jt.segment, jt.position).where(jt.journal_id == journal_id)
                     ).first()
         subscriptions = [
             {"topic": k.container, "client_id": k.client_id, "name": k.sub_name, "backlog": n}
@@ -441,6 +465,8 @@ def stats(
         ]
         journal = _journal_summary(settings.resolved_journal_dir)
         if journal is not None:
+            journal["journal_id"] = journal_id
+            journal["of_this_database"] = applied is not None
             journal["checkpointed_to"] = (
                 f"{applied.segment}:{applied.position}" if applied else None
             )
@@ -467,10 +493,15 @@ def stats(
         console.print(subs)
         console.print(f"lock: {lock.describe()}")
         if journal is not None:
+            applied_to = (
+                f"applied to the database up to {journal['checkpointed_to']}"
+                if journal["of_this_database"]
+                else "not a journal of this database (it has no record of journal "
+                f"{journal['journal_id']}; another database's, or a broker never started on it?)"
+            )
             console.print(
                 f"journal {journal['directory']}: {journal['segments']} segment(s), "
-                f"{journal['records']} record(s) kept, applied to the database up to "
-                f"{journal['checkpointed_to']}"
+                f"{journal['records']} record(s) kept, {applied_to}"
                 + (f", damage: {journal['problem']}" if journal["problem"] else "")
             )
 
@@ -489,12 +520,19 @@ def _journal_summary(directory: Path) -> dict[str, object] | None:
         problem = f"cannot read {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else exc
         return {"directory": str(directory), "segments": 0, "records": 0,
                 "last_checkpoint": None, "problem": str(problem)}  # fmt: skip
+    damage = report.problem
     return {
         "directory": str(directory),
         "segments": len(report.segments),
         "records": report.records,
         "last_checkpoint": str(report.last_checkpoint) if report.last_checkpoint else None,
-        "problem": str(report.problem) if report.problem else None,
+        "problem": (
+            f"{damage.kind} at {damage.file} offset {damage.offset} ({damage.reason}; "
+            f"{damage.bytes_after} bytes after it): see `mqstore journal repair --dry-run "
+            f"{directory}`"
+            if damage
+            else None
+        ),
     }
 
 
@@ -520,10 +558,20 @@ def lock_status(
     _run(body)
 
 
+#: A journal directory to read: one that does not exist, or a file, is a usage error.
+JournalDirArg = Annotated[
+    Path,
+    typer.Argument(
+        help="journal directory (DATA_DIR/journal unless --journal-dir moved it)",
+        metavar="DIRECTORY",
+        exists=True,
+        file_okay=False,
+    ),
+]
+
+
 @journal_app.command("inspect")
-def journal_inspect(
-    directory: Annotated[Path, typer.Argument(help="journal directory")], as_json: JsonOpt = False
-) -> None:
+def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
     """Segments, record counts by type, checkpoint position and any damage found."""
 
     def body() -> None:
@@ -544,7 +592,7 @@ def journal_inspect(
 
 @journal_app.command("repair")
 def journal_repair(
-    directory: Annotated[Path, typer.Argument(help="journal directory")],
+    directory: JournalDirArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would be lost")] = False,
 ) -> None:
     """Cut corrupt records out of the journal (padded over, so later ones stay), after
@@ -677,8 +725,20 @@ def _register_spark() -> None:
 _register_spark()
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM (a supervisor, ``kill``, ``timeout``) or SIGHUP (the terminal closed) ends a
+    command as Ctrl-C does: through its cleanup, so an embedded server it started is stopped
+    (``serve`` stops gracefully)."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console entry point."""
+    from mqstore.embedded.server import stop_signals
+
+    for signum in stop_signals():
+        if signum != signal.SIGINT:  # that is Python's KeyboardInterrupt: exit 130 below
+            signal.signal(signum, _terminated)
     try:
         app()
     except KeyboardInterrupt:

@@ -47,9 +47,14 @@ def parse_dsn(dsn: str) -> URL:
         dsn = "postgresql" + dsn[len("postgres") :]
     try:
         url = make_url(dsn)
-        _ = url.port  # the port is parsed lazily; a non-number raises here
-    except (ArgumentError, ValueError) as exc:
-        raise ConfigError(f"invalid DSN {redact(dsn)}: {exc}") from None
+        _ = url.port  # a non-number raises (here or in make_url)
+    except (ArgumentError, ValueError):  # not echoed: without @HOST the "port" is the password
+        raise ConfigError(
+            "invalid DSN: its host and port do not parse (a forgotten @HOST after the "
+            "password, a port that is no number, an IPv6 host without its ']'); write "
+            "postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME and percent-encode '@', ':', "
+            "'/', '?' and '#' in the user or password, e.g. %40 for '@'"
+        ) from None
     return url.set(drivername="postgresql+psycopg")
 
 
@@ -98,14 +103,17 @@ def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
     """
     url = parse_dsn(dsn)
     timeouts = {k: v for k, v in NETWORK_TIMEOUTS.items() if k not in url.query}
-    return sa.create_engine(
-        url,
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=False,  # a round trip per checkout; dead connections are invalidated on error
-        connect_args={"prepare_threshold": None, **timeouts},
-        **kwargs,
-    )
+    try:
+        return sa.create_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=False,  # a round trip per checkout; dead ones are invalidated on error
+            connect_args={"prepare_threshold": None, **timeouts},
+            **kwargs,
+        )
+    except (ArgumentError, ValueError) as exc:  # e.g. ?port=abc, which the URL leaves alone
+        raise ConfigError(f"invalid DSN {redact(url)}: {exc}; fix MQSTORE_DSN or --dsn") from None
 
 
 #: SQLSTATE of a lock that ``NOWAIT`` or ``lock_timeout`` did not wait for.

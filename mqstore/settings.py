@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mqstore.errors import ConfigError
-from mqstore.schema import PREFIX_PATTERN
+from mqstore.schema import NAME_LENGTH, PREFIX_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,30 @@ class Settings(BaseSettings):
             raise ValueError(
                 "table prefix must start with a letter and hold only letters, digits and '_' "
                 "(at most 31 characters), e.g. BRK1_"
+            )
+        return value
+
+    @field_validator(
+        "data_dir", "journal_dir", "users_file", "tls_cert", "tls_key", "tls_client_ca"
+    )
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        """``~/...`` as a shell expands it: an environment file or unit sets it unexpanded,
+        and a directory literally named ``~`` invites ``rm -rf ~``."""
+        return value.expanduser() if value is not None else None
+
+    @field_validator("broker_name")
+    @classmethod
+    def _check_broker_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(
+                "the broker name is the master lock's holder id and cannot be empty: give "
+                "each broker its own, e.g. --broker-name broker-1"
+            )
+        if len(value) > NAME_LENGTH:
+            raise ValueError(
+                f"the broker name is {len(value)} characters long; ACTIVEMQ_LOCK.BROKER_NAME "
+                f"holds at most {NAME_LENGTH}: give a shorter --broker-name"
             )
         return value
 

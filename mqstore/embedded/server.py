@@ -37,7 +37,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -93,10 +95,18 @@ class EmbeddedPostgres:
             running = self._running()
             if running is None:
                 self._remove_stale_lock_files()
-                running = self._start_server(bin_dir)
-            users = os.open(self.root / ".pg-users", os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(users, fcntl.LOCK_SH)
-            self._users_fd = users
+                # Ctrl-C, SIGTERM or SIGHUP now would leave a server nobody uses: they
+                # wait until it is ours (close() stops it) or, failed, stopped again.
+                with signals_held() as held:
+                    try:
+                        running = self._start_server(bin_dir)
+                    except DatabaseUnavailableError:
+                        if held:  # pg_ctl died of the same Ctrl-C; the server may go on
+                            self._stop_server()
+                        raise
+                    self._use()
+            else:
+                self._use()
         except OSError as exc:
             cause = f"{exc.strerror or exc}: {exc.filename or self.data_dir}"
             raise DatabaseUnavailableError(
@@ -112,6 +122,12 @@ class EmbeddedPostgres:
             uri += f"&port={running.port}"
         log.info("embedded PostgreSQL running in %s", self.data_dir)
         return uri
+
+    def _use(self) -> None:
+        """Count this process as a user of the server (a shared flock on ``.pg-users``)."""
+        users = os.open(self.root / ".pg-users", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(users, fcntl.LOCK_SH)
+        self._users_fd = users
 
     def _initialise(self, bin_dir: Path) -> None:
         """initdb into a temporary sibling, then rename it to ``pg`` (under the start lock)."""
@@ -238,12 +254,19 @@ class EmbeddedPostgres:
 
     def close(self) -> None:
         """Stop using the server; with ``stop_on_close``, the last user stops it."""
-        users, self._users_fd = self._users_fd, None
-        if users is None:
+        if self._users_fd is None:
             return
         if not self._stop_on_close:
-            os.close(users)
+            os.close(self._users_fd)
+            self._users_fd = None
             return
+        with signals_held():  # an interrupted stop would leave the server running
+            self._close_and_stop()
+
+    def _close_and_stop(self) -> None:
+        """Drop this process's use; the last user (under the start lock) stops the server."""
+        users, self._users_fd = self._users_fd, None
+        assert users is not None
         try:
             start_lock = os.open(self.root / ".pg-start", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
@@ -285,6 +308,40 @@ class EmbeddedPostgres:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+def stop_signals() -> list[signal.Signals]:
+    """The signals that stop a command: SIGTERM, SIGINT, and SIGHUP (its terminal closed)
+    unless it is ignored (``nohup``)."""
+    signals = [signal.SIGTERM, signal.SIGINT]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    return signals
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Hold :func:`stop_signals` back (in the main thread, where Python handles them) until
+    the block is done, then deliver them to their handlers; yields the list of those held."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    signums = stop_signals()
+    previous = {signum: signal.getsignal(signum) for signum in signums}
+
+    def hold(signum: int, _frame: object) -> None:
+        held.append(signum)
+
+    for each in signums:
+        signal.signal(each, hold)
+    try:
+        yield held
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
 
 def binaries_dir() -> Path:

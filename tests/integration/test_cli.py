@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from tests.conftest import REPO, load_activemq_fixture
@@ -164,3 +165,115 @@ def test_stats_shows_the_database_when_the_journal_cannot_be_read(
     data = json.loads(result.stdout)
     assert data["destinations"] == {"queue://FIXTURE.Q": 12, "topic://FIXTURE.T": 5}
     assert data["journal"]["problem"].startswith(f"cannot read {journal}/0000000000000001.wal")
+
+
+def test_a_dsn_without_its_host_never_shows_the_password() -> None:
+    """``postgresql://USER:PASSWORD/DB`` (the ``@HOST`` forgotten) reads as HOST:PORT, and the
+    "port" that is no number is the password: the error must neither echo it nor be a
+    traceback, from mqstore or from alembic."""
+    dsn = "postgresql://mqstore:Hunter2secret/broker"
+    result = mqstore("stats", "--dsn", dsn)
+    assert result.returncode == 2
+    assert "Hunter2secret" not in result.stdout + result.stderr
+    assert "invalid DSN" in result.stderr and "@HOST" in result.stderr
+    assert "Traceback" not in result.stderr
+    alembic = subprocess.run(
+        [sys.executable, "-m", "alembic", "-x", f"dsn={dsn}", "current"],
+        cwd=REPO, env={**os.environ, "MQSTORE_DSN": ""}, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert alembic.returncode != 0
+    assert "Hunter2secret" not in alembic.stdout + alembic.stderr
+    assert "Traceback" not in alembic.stderr
+
+
+def test_a_dsn_query_the_driver_cannot_take_is_one_line() -> None:
+    result = mqstore("stats", "--dsn", "postgresql://mqstore:Hunter2secret@/broker?port=abc")
+    assert result.returncode == 2, result.stderr
+    assert "invalid DSN" in result.stderr and "port" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Hunter2secret" not in result.stderr
+
+
+def test_every_serve_option_that_mirrors_a_setting_names_its_variable() -> None:
+    """The README promises each flag mirrors an ``MQSTORE_`` setting; --help is where an
+    operator looks up which variable sets it in a unit file."""
+    import typer
+
+    from mqstore.cli import app
+    from mqstore.settings import Settings
+
+    group = typer.main.get_command(app)
+    serve = group.commands["serve"]  # type: ignore[attr-defined]
+    missing = []
+    for param in serve.params:
+        setting = str(param.name)
+        variable = f"MQSTORE_{setting.upper()}"
+        if setting in Settings.model_fields and variable not in (getattr(param, "help", "") or ""):
+            missing.append(f"--{setting.replace('_', '-')}")
+    assert not missing, f"--help names no MQSTORE_ variable for {missing}"
+
+
+def test_stats_describes_journal_damage_in_words(
+    empty_dsn: str, empty_engine: Engine, tmp_path: Path
+) -> None:
+    """Damage is said as the operator acts on it (what, where, and the repair command), not
+    as a Python object's repr."""
+    from journal import Journal, PurgeDestination
+
+    load_activemq_fixture(empty_engine)
+    journal_dir = tmp_path / "journal"
+    with Journal.open(journal_dir) as journal:
+        ends = [journal.append([PurgeDestination(f"queue://Q{i}")]) for i in range(3)]
+    segment = next(journal_dir.glob("*.wal"))
+    data = bytearray(segment.read_bytes())
+    data[ends[0].offset - 6] ^= 0xFF  # inside the first record; two intact ones follow
+    segment.write_bytes(bytes(data))
+    result = mqstore("stats", "--json", "--dsn", empty_dsn, "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    problem = json.loads(result.stdout)["journal"]["problem"]
+    assert "Problem(" not in problem
+    assert f"corrupt at {segment.name} offset" in problem, problem
+    assert f"mqstore journal repair --dry-run {journal_dir}" in problem, problem
+    shown = mqstore("stats", "--dsn", empty_dsn, "--data-dir", str(tmp_path))
+    assert "Problem(" not in shown.stdout and "corrupt at" in " ".join(shown.stdout.split())
+
+
+def test_stats_shows_its_own_journals_checkpoint_and_knows_another_databases(
+    dsn: str, engine: Engine, tmp_path: Path
+) -> None:
+    """Several journals write their positions to one table (brokers on other prefixes, a
+    forgotten journal): stats shows the row of the journal it was given, and says when the
+    database has none (a journal of another database)."""
+    from journal.store import JournaledStore
+    from mqstore.lock import NoLocker
+    from mqstore.store import PostgresStore
+    from tests.integration.conftest import msg
+
+    journal_dir = tmp_path / "brokers-journal"
+    store = JournaledStore(
+        PostgresStore(engine, locker=NoLocker(), cleanup_interval_s=0), journal_dir,
+        shared_lock=False,
+    )  # fmt: skip
+    store.start()
+    store.add([msg("queue://q", 1)])
+    store.stop()  # its final checkpoint stores its position
+    with engine.connect() as conn:
+        [ours] = conn.execute(sa.text("SELECT segment, position FROM mqstore_journal")).all()
+    with engine.begin() as conn:  # another journal, checkpointed later and further
+        conn.execute(
+            sa.text(
+                "INSERT INTO mqstore_journal (journal_id, segment, position, updated_at) "
+                "VALUES ('5a0c1d2e-0000-4000-8000-000000000000', 9, 999, 9999999999999)"
+            )
+        )
+    env = {**os.environ, "MQSTORE_JOURNAL_DIR": str(journal_dir)}
+    result = mqstore("stats", "--json", "--dsn", dsn, env=env)
+    assert result.returncode == 0, result.stderr
+    journal = json.loads(result.stdout)["journal"]
+    assert journal["checkpointed_to"] == f"{ours.segment}:{ours.position}"
+    assert journal["of_this_database"] is True
+    (journal_dir / "journal-id").write_text("0b6c4d2e-0000-4000-8000-000000000000\n")
+    shown = mqstore("stats", "--dsn", dsn, "--journal-dir", str(journal_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert "not a journal of this database" in " ".join(shown.stdout.split())

@@ -292,3 +292,63 @@ def test_a_connection_ended_mid_command_is_named(dsn: str, engine: Engine) -> No
     assert ended, err
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     _one_line_error(result, "lost the connection to PostgreSQL")
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [("", "cannot be empty"), ("   ", "cannot be empty"), ("b" * 251, "holds at most 250")],
+    ids=["empty", "blank", "longer than the lock column"],
+)
+def test_serve_refuses_a_broker_name_the_lock_row_cannot_hold(
+    dsn: str, tmp_path: Path, name: str, words: str
+) -> None:
+    """An empty name makes a lock holder nobody can tell apart; one longer than
+    ACTIVEMQ_LOCK.BROKER_NAME made serve retry the lock for ever instead of saying why."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--data-dir", str(tmp_path),
+         "--no-journal", "--stomp", "127.0.0.1:0", "--broker-name", name],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    _one_line_error(result, words)
+    assert "serving STOMP" not in result.stdout
+
+
+def test_a_data_dir_under_the_home_directory_is_expanded(tmp_path: Path) -> None:
+    """``MQSTORE_DATA_DIR=~/mqstore`` in an environment file reaches mqstore unexpanded; it
+    means the home directory, not a directory named ``~`` in the working directory."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQSTORE_")}
+    env.update(HOME=str(home), MQSTORE_DATA_DIR="~/mqstore")
+    result = subprocess.run(
+        [sys.executable, "-m", "mqstore", "stats"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    _one_line_error(result, f"no embedded store in {home / 'mqstore'}:")
+
+
+def test_serve_journal_flag_wins_over_the_environment(dsn: str, tmp_path: Path) -> None:
+    """Flags win over ``MQSTORE_*``: ``--journal`` turns the journal on where the
+    environment turned it off (seen by the row lock, which a journaled broker refuses)."""
+    env = {**os.environ, "MQSTORE_JOURNAL": "false", "MQSTORE_LOCK": "row"}
+    args = ["serve", "--dsn", dsn, "--data-dir", str(tmp_path), "--stomp", "127.0.0.1:0"]
+    result = mqstore(*args, "--journal", env=env)
+    _one_line_error(result, "the row lock pairs this broker with ActiveMQ standbys")
+
+
+@pytest.mark.parametrize(
+    "args", [["--no-journal"], ["--no-journal", "--lock", "none"]], ids=" ".join
+)
+def test_serve_on_a_read_only_database_says_so_and_exits(
+    dsn: str, tmp_path: Path, args: list[str]
+) -> None:
+    """A standby's DSN: with a lease the broker retried its lock for ever; without a lock it
+    listened and accepted messages it could not store."""
+    read_only = _with_options(dsn, "-cdefault_transaction_read_only=on")
+    result = subprocess.run(
+        [sys.executable, "-m", "mqstore", "serve", "--dsn", read_only, "--data-dir",
+         str(tmp_path), "--stomp", "127.0.0.1:0", "--log-level", "WARNING", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    _one_line_error(result, "is read-only")
+    assert "point the DSN at the primary" in result.stderr
+    assert "serving STOMP" not in result.stdout

@@ -32,6 +32,16 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 NOBODY = 65534
 
 
+#: ``python -m mqstore`` with SIGHUP at its default, as a terminal's session leader has it,
+#: even when the tests run under ``nohup``: an ignored signal stays ignored across exec, and
+#: mqstore leaves an ignored SIGHUP alone.
+MQSTORE_HANGUP_DEFAULT = [
+    sys.executable, "-c",
+    "import runpy, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+    "sys.argv[0] = 'mqstore'; runpy.run_module('mqstore', run_name='__main__')",
+]  # fmt: skip
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MQSTORE_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -60,7 +70,7 @@ class Workdir:
 
     def serve(self, port: int, log: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mqstore", "serve", "--stomp", f"127.0.0.1:{port}",
+            [*MQSTORE_HANGUP_DEFAULT, "serve", "--stomp", f"127.0.0.1:{port}",
              "--log-level", "WARNING"],
             cwd=self.path, env=_env(), stdout=(self.path / log).open("wb"),
             stderr=subprocess.STDOUT, start_new_session=True,
@@ -363,7 +373,90 @@ def test_a_crashed_servers_pid_taken_by_another_process_does_not_block_the_start
         other.wait(10)
 
 
+def _mqstore_popen(work: Workdir, *args: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [*MQSTORE_HANGUP_DEFAULT, *args], cwd=work.path, env=_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    work.procs.append(proc)
+    return proc
+
+
+def _wait_for_server_start(work: Workdir, proc: subprocess.Popen[bytes]) -> None:
+    """Until ``pg_ctl start`` runs on the work directory's cluster (or a server does)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"start" in argv and str(work.pgdata).encode() in argv:
+                    return
+        if work.postgres_pids():
+            return
+    pytest.fail(f"no embedded server was started (mqstore exited {proc.poll()})")
+
+
+def _assert_no_server_left(work: Workdir) -> None:
+    deadline = time.monotonic() + 30
+    while work.postgres_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not work.postgres_pids(), "the embedded PostgreSQL was left running"
+
+
+@pytest.mark.parametrize(
+    ("how", "exit_code"),
+    [
+        ("SIGTERM to mqstore", 128 + signal.SIGTERM),
+        ("Ctrl-C at the terminal", 130),
+        ("the terminal closed", 128 + signal.SIGHUP),
+    ],
+)
+def test_a_command_stopped_while_the_server_starts_leaves_no_server_running(
+    work: Workdir, how: str, exit_code: int
+) -> None:
+    """``kill PID`` (a supervisor, ``timeout``) or Ctrl-C (SIGINT to the whole foreground
+    group, pg_ctl too) while the embedded server is being started: no process uses that
+    server any more, so it must not be left running."""
+    assert work.run("db", "upgrade").returncode == 0  # the cluster exists; the server stopped
+    assert not work.postgres_pids()
+    proc = _mqstore_popen(work, "stats")
+    _wait_for_server_start(work, proc)
+    if how == "SIGTERM to mqstore":
+        proc.send_signal(signal.SIGTERM)
+    elif how == "Ctrl-C at the terminal":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.killpg(proc.pid, signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=120)
+    _assert_no_server_left(work)
+    assert proc.returncode == exit_code, stderr.decode()
+    assert b"Traceback" not in stderr, stderr.decode()
+    assert work.run("stats", "--json").returncode == 0  # and the store starts again
+
+
+def test_serve_stops_gracefully_when_its_terminal_closes(work: Workdir) -> None:
+    """SIGHUP (the terminal of a foreground ``mqstore serve`` closed) stops it as SIGTERM
+    does: what it acknowledged is kept and its embedded server does not run on alone."""
+    port = _free_port()
+    proc = work.serve(port, "serve.log")
+    work.wait_serving(proc, "serve.log")
+    assert _send_receive(port, "kept") == "kept"
+    os.killpg(proc.pid, signal.SIGHUP)
+    assert proc.wait(60) == 0, (work.path / "serve.log").read_text()
+    _assert_no_server_left(work)
+
+
 # -- 4. read-only commands never create a store -------------------------------------------
+
+
+def test_serve_with_settings_it_refuses_creates_no_store(work: Workdir) -> None:
+    """A journaled broker refuses the row lock: it says so before it initialises and starts
+    an embedded server for nothing."""
+    result = work.run("serve", "--lock", "row", "--stomp", "127.0.0.1:0")
+    assert result.returncode == 2
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and "the row lock pairs this broker" in lines[0], result.stderr
+    assert not (work.path / "mqstore-data").exists()
 
 
 @pytest.mark.parametrize(

@@ -109,6 +109,7 @@ def test_serve_hands_the_broker_settings_to_the_broker(
         "MQSTORE_HEARTBEAT_MS": "0",
         "MQSTORE_TOPIC_HIGH_WATER_MB": "2",
         "MQSTORE_TOPIC_PENDING_LIMIT": "500",
+        "MQSTORE_MAX_TRANSACTIONS": "7",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -123,3 +124,70 @@ def test_serve_hands_the_broker_settings_to_the_broker(
     assert config.dlq_for("queue://orders") == "queue://ActiveMQ.DLQ.Queue.orders"
     assert (config.topic_high_water, config.topic_low_water) == (2 << 20, 1 << 20)
     assert config.topic_pending_limit == 500
+    assert config.max_transactions == 7
+
+
+def _serve_until_listening(
+    dsn: str, tmp_path: Path, *args: str
+) -> tuple[subprocess.Popen[str], str]:
+    """``mqstore serve`` with ``args``; returns it and its first line of output once it
+    printed it (or exited)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--no-journal", "--lock",
+         "none", "--data-dir", str(tmp_path), "--log-level", "WARNING", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline()
+
+
+def test_serve_listens_on_an_ipv6_address_given_in_brackets(dsn: str, tmp_path: Path) -> None:
+    proc, line = _serve_until_listening(dsn, tmp_path, "--stomp", "[::1]:0")
+    try:
+        assert line.startswith("mqstore serving STOMP on [::1]:"), (line, proc.poll())
+        port = int(line.rsplit(":", 1)[1])
+        conn = stomp.Connection12([("::1", port)], heartbeats=(0, 0))
+        conn.connect(wait=True)
+        conn.disconnect()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_serve_on_an_address_it_cannot_listen_on_names_it(dsn: str, tmp_path: Path) -> None:
+    proc, _ = _serve_until_listening(dsn, tmp_path, "--stomp", "no-such-host.invalid:61613")
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2, stderr
+    assert "cannot listen for STOMP on no-such-host.invalid:61613" in stderr, stderr
+    assert "--stomp" in stderr and "Traceback" not in stderr
+
+
+def test_a_second_serve_on_the_same_data_directory_names_the_running_one(
+    dsn: str, tmp_path: Path
+) -> None:
+    """Both would run under the same default broker name: the second must not wait out the
+    first's lease and then tell the operator to rename a broker that is this very one."""
+    first = subprocess.Popen(
+        [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--data-dir", str(tmp_path),
+         "--stomp", "127.0.0.1:0", "--log-level", "WARNING"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert first.stdout is not None
+        line = first.stdout.readline()
+        assert "serving STOMP" in line, first.stderr.read() if first.stderr else ""
+        second = subprocess.run(
+            [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--data-dir",
+             str(tmp_path), "--stomp", "127.0.0.1:0", "--log-level", "WARNING"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stderr
+        assert f"is locked by another process (pid {first.pid})" in second.stderr
+        assert "another `mqstore serve`" in second.stderr and "--broker-name" not in second.stderr
+        assert first.poll() is None  # the running broker goes on
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)

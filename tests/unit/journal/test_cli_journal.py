@@ -46,3 +46,21 @@ def test_inspect_then_repair_a_corrupt_journal(tmp_path: Path) -> None:
     with Journal.open(damaged) as journal:  # opens again: the damage was cut away
         kept = [ops[0].id for _, ops in journal.recover()]  # type: ignore[union-attr]
     assert kept == sorted(kept) and len(kept) < 5
+
+
+def test_inspect_and_repair_of_a_path_that_is_no_directory_say_so(tmp_path: Path) -> None:
+    """A mistyped path: a usage error naming it (not an OS error about a file inside it,
+    "Not a directory: .../newest"), and nothing is made there."""
+    afile = tmp_path / "segment.wal"
+    afile.write_bytes(b"not a journal")
+    for args, said in [
+        (("inspect", str(afile)), "is a file"),
+        (("repair", str(afile)), "is a file"),
+        (("inspect", str(tmp_path / "missing")), "does not exist"),
+        (("repair", str(tmp_path / "missing"), "--dry-run"), "does not exist"),
+    ]:
+        result = mqstore("journal", *args)
+        assert result.returncode == 2, result
+        assert said in result.stderr and "DIRECTORY" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "missing").exists()
