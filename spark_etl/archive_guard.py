@@ -69,6 +69,42 @@ def _archived_file(out: Path) -> Path | None:
     return None
 
 
+def uncommitted_runs(out: Path) -> set[str]:
+    """Runs whose files may lie in ``out``'s datasets uncommitted: a run that died before
+    writing the watermarks (undone by the next export) or one still running."""
+    staging = out / STAGING
+    if not staging.is_dir():
+        return set()
+    try:
+        committed = (read_watermarks(out) or {}).get("run_id")
+    except ConfigError:
+        committed = None
+    return {p.name for p in staging.iterdir()} - {committed}
+
+
+def committed_files(dataset: Path) -> list[Path] | None:
+    """The Parquet files of an export's ``dataset`` directory (``OUT/messages``,
+    ``OUT/history``) less those of :func:`uncommitted_runs`; None when there are none of
+    those (read the whole directory)."""
+    skipped = uncommitted_runs(dataset.parent)
+    if not skipped:
+        return None
+    return [
+        path
+        for path in sorted(dataset.rglob("*.parquet"))
+        if (tag := RUN_TAG.match(path.name)) is None or tag.group(1) not in skipped
+    ]
+
+
+def unwritable(out: Path, exc: OSError) -> str:
+    """One line for an ``--out`` directory that cannot be created or written."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return (
+        f"--out {out} cannot be written ({exc.strerror or exc}{where}): give a directory "
+        "you can write"
+    )
+
+
 def check_archive(
     out_dir: str | os.PathLike[str], identity: Identity, prefix: str, use: Use = EXPORT
 ) -> dict[str, Any]:
@@ -130,6 +166,9 @@ __all__ = [
     "ArchiveError",
     "Use",
     "check_archive",
+    "committed_files",
     "history_archive",
     "load_watermarks",
+    "uncommitted_runs",
+    "unwritable",
 ]

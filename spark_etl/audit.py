@@ -19,6 +19,7 @@ from pyspark.sql import functions as sf
 from .archive_guard import history_archive
 from .decode import with_decoded
 from .durable import write_atomically
+from .export import read_dataset
 from .report_html import figure, render
 from .sources import (
     inspect_database,
@@ -317,7 +318,7 @@ def audit(
     if table_exists(spark, src, "MQSTORE_HISTORY"):
         history = read_table(spark, src, "MQSTORE_HISTORY").select("removed_at", "outcome")
     elif archived is not None and any((archived / "history").rglob("*.parquet")):
-        history = spark.read.parquet(str(archived / "history")).select("removed_at", "outcome")
+        history = read_dataset(spark, archived / "history").select("removed_at", "outcome")
     report = build_report(
         msgs,
         read_acks(spark, src),

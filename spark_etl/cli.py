@@ -301,7 +301,12 @@ def _source(dsn: str | None, master: str | None, held: ExitStack) -> str:
 
 def _writable(out: Path) -> None:
     """Make ``out`` and check it can be written, before a job spends its time."""
-    out.mkdir(parents=True, exist_ok=True)
+    from .archive_guard import unwritable
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(exc.errno, unwritable(out, exc)) from None
     if not os.access(out, os.W_OK):
         raise OSError(errno.EACCES, f"--out {out} is not writable: give a directory you can write")
 

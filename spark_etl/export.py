@@ -53,7 +53,9 @@ from .archive_guard import (
     WATERMARKS,
     ArchiveError,
     check_archive,
+    committed_files,
     load_watermarks,
+    unwritable,
 )
 from .decode import with_decoded
 from .durable import fsync_all, fsync_path, fsync_tree, write_atomically
@@ -67,6 +69,7 @@ from .history import (
 )
 from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
 from .sources import (
+    SNAPSHOT_COLUMNS,
     JdbcSource,
     inspect_database,
     jdbc_source,
@@ -144,8 +147,11 @@ def export_lock(out_dir: str | os.PathLike[str]) -> Iterator[ExportLock]:
     :class:`ArchiveError` at once when another export holds it. Pass the lock to
     :func:`export` to take it before a SparkSession starts (as ``mqstore export`` does)."""
     out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ArchiveError(unwritable(out, exc)) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -229,9 +235,17 @@ def read_dataset(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame
     """An exported dataset (``messages`` or ``history``) with the full name in ``container``.
 
     Files of format 1 have no ``container`` (their ``destination`` is the full name): the
-    schemas are merged and ``container`` falls back to ``destination``.
+    schemas are merged and ``container`` falls back to ``destination``. Files of a run
+    that has not committed (it died, or is still running) are left out.
     """
-    df = spark.read.option("mergeSchema", "true").parquet(str(path))
+    reader = spark.read.option("mergeSchema", "true")
+    files = committed_files(Path(path))
+    if files is None:
+        df = reader.parquet(str(path))
+    elif files:
+        df = reader.option("basePath", str(path)).parquet(*map(str, files))
+    else:
+        df = reader.parquet(str(path)).limit(0)
     full = sf.col(PARTITION_COLUMN)
     if "container" in df.columns:
         full = sf.coalesce(sf.col("container"), full)
@@ -294,6 +308,25 @@ def _new_messages(
         keys = {int(r["id"]) for r in late.select("id").collect()}
     extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", sorted(keys))
     return (main if extra is None else main.unionByName(extra.select(*main.columns))), new_mark
+
+
+def _stored_at_last_run(
+    spark: SparkSession, prev_snapshot: DataFrame, out: Path, marks: dict[str, Any]
+) -> DataFrame:
+    """The rows the last run saw stored: its snapshot, plus the rows its read exported that
+    committed after the snapshot was taken (:data:`.sources.SNAPSHOT_COLUMNS`). Without
+    them, such a row removed before this run's snapshot would leave no history row."""
+    last_run = _run_files(out / "messages", marks.get("run_id"))
+    if not last_run:
+        return prev_snapshot
+    exported = spark.read.parquet(*last_run)
+    if "container" not in exported.columns:  # format 1 (before ``container``)
+        return prev_snapshot
+    columns = [
+        sf.col("store_priority" if c == "priority" else c).alias(c) for c in SNAPSHOT_COLUMNS
+    ]
+    after_snapshot = match_rows(exported.select(*columns), prev_snapshot, "left_anti")
+    return prev_snapshot.unionByName(after_snapshot)
 
 
 def _run_files(root: Path, run_id: str | None) -> list[str]:
@@ -391,7 +424,8 @@ def _export_locked(
         source = "snapshot-diff"
         hist = None
         if prev_snapshot is not None:
-            hist = derive_removals(prev_snapshot, snapshot, now)
+            stored = _stored_at_last_run(spark, prev_snapshot, out, marks)
+            hist = derive_removals(stored, snapshot, now)
     if hist is not None:
         history_rows(hist, keep_msg).write.partitionBy("destination", "date").options(
             **_BODY_WRITER_OPTIONS

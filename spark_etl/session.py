@@ -8,6 +8,7 @@ tuned to start fast. Run under ``spark-submit``, master, jars and resources are 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -62,13 +63,23 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def local_threads(master: str) -> int | None:
+    """The threads of a ``local``, ``local[N]`` or ``local[N,F]`` master (None for
+    ``local[*]`` and the others): the default parallelism, so the reads open no more
+    partitions, and database connections, than the run has cores."""
+    if master == "local":
+        return 1
+    match = re.fullmatch(r"local\[\s*([1-9]\d*)\s*(,\s*\d+\s*)?\]", master)
+    return int(match.group(1)) if match else None
+
+
 def local_conf(master: str, jar: str, *, fast_start: bool, driver_memory: str) -> dict[str, str]:
     """Settings for a local session (see docs/spark.md for what each one buys)."""
     cores = os.cpu_count() or 2
     java_opts = "-XX:+UseParallelGC"
     if fast_start:
         java_opts = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-    parallelism = "1" if master == "local[1]" else str(cores)
+    parallelism = str(local_threads(master) or cores)
     return {
         "spark.master": master,
         "spark.jars": jar,
@@ -129,4 +140,11 @@ def build_session(
     return spark
 
 
-__all__ = ["DEBIAN_JAR", "JdbcJarMissingError", "build_session", "find_jdbc_jar"]
+__all__ = [
+    "DEBIAN_JAR",
+    "JdbcJarMissingError",
+    "build_session",
+    "find_jdbc_jar",
+    "local_conf",
+    "local_threads",
+]

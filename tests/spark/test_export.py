@@ -217,7 +217,7 @@ def test_incremental_export_adds_new_rows_history_and_late_commits(
 
 
 def test_plain_activemq_removals_come_from_snapshot_diff(
-    spark: Any, activemq_engine: Engine, tmp_path: Path
+    spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dsn = dsn_of(activemq_engine)
     export(spark, dsn, tmp_path)
@@ -234,10 +234,23 @@ def test_plain_activemq_removals_come_from_snapshot_diff(
     assert {h["msgid_seq"] for h in hist} == {1}
     third = export(spark, dsn, tmp_path)
     assert third.history_rows == 0 and third.message_rows == 0
+
+    # A run that dies after moving its files into place has archived nothing.
+    execute(activemq_engine, "DELETE FROM activemq_msgs WHERE id = 2")
+
+    def crash(*_args: Any) -> None:
+        raise RuntimeError("killed before the watermarks were written")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(export_mod, "_write_watermarks", crash)
+        with pytest.raises(RuntimeError):
+            export(spark, dsn, tmp_path, now_ms=1795400000000)
+    assert len(list((tmp_path / "history").rglob("*.parquet"))) == 3  # one of the dead run
     report = audit(spark, dsn, tmp_path / "audit", archive=tmp_path, now_ms=1795400000000)
     assert report["history_per_hour"] == [
         {"hour": "2026-11-23 02:00", "outcome": "removed", "count": 2}
     ]
+    assert export_mod.read_dataset(spark, tmp_path / "history").count() == 2
 
 
 def test_crash_before_watermarks_is_undone_by_the_next_run(
@@ -294,15 +307,23 @@ def test_row_committed_between_snapshot_and_read_is_exported_once(
     )
     real_index = export_mod.read_msg_index
 
-    def snapshot_before_102_committed(spark_: Any, src: Any) -> Any:
-        return real_index(spark_, src).where("id <> 102")
+    def snapshot_before_101_and_102_committed(spark_: Any, src: Any) -> Any:
+        return real_index(spark_, src).where("id NOT IN (101, 102)")
 
     with monkeypatch.context() as patch:
-        patch.setattr(export_mod, "read_msg_index", snapshot_before_102_committed)
-        second = export(spark, dsn, tmp_path)
-    assert second.messages == {Q: 3}  # 102 was visible to the read that followed
-    third = export(spark, dsn, tmp_path)
-    assert third.message_rows == 0 and third.history_rows == 0
+        patch.setattr(export_mod, "read_msg_index", snapshot_before_101_and_102_committed)
+        second = export(spark, dsn, tmp_path, now_ms=1795400000000)
+    assert second.messages == {Q: 3}  # 101 and 102 were visible to the read that followed
+    # 102, exported by that read but in no snapshot, is consumed before the next run.
+    execute(activemq_engine, "DELETE FROM activemq_msgs WHERE id = 102")
+    third = export(spark, dsn, tmp_path, now_ms=1795400000001)
+    assert third.message_rows == 0
+    assert third.history == {Q: 1}
+    assert [(h["id"], h["msgid_seq"], h["outcome"]) for h in _history(spark, tmp_path)] == [
+        (102, 102, "removed")
+    ]
+    fourth = export(spark, dsn, tmp_path)
+    assert fourth.message_rows == 0 and fourth.history_rows == 0
     assert sorted(_messages(spark, tmp_path)) == [*range(1, 18), 101, 102, 103]
 
 

@@ -231,6 +231,8 @@ def _free_port() -> int:
         ("export", "empty-out", "--out is empty: give a directory"),
         ("audit", "empty-archive", "--archive is empty: give a directory"),
         ("audit", "out-under-a-file", "Not a directory: "),
+        ("export", "unwritable-out", "cannot be written ("),
+        ("audit", "unwritable-out", "cannot be written ("),
     ],
 )
 def test_cli_mistakes_are_one_line_and_exit_1(
@@ -259,6 +261,8 @@ def test_cli_mistakes_are_one_line_and_exit_1(
     elif case == "out-under-a-file":
         (tmp_path / "file").write_text("")
         args[3] = str(tmp_path / "file" / "out")
+    elif case == "unwritable-out":  # no one may create a directory in sysfs
+        args[3] = "/sys/mqstore-spark-tests/out"
     elif case == "corrupt-watermarks":
         out.mkdir()
         (out / "_watermarks.json").write_text('{"run_id": "2026')

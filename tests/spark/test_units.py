@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -60,6 +61,22 @@ def test_dsn_values_mean_to_pgjdbc_what_they_mean_to_libpq() -> None:
 def test_unusable_dsns_are_refused_with_the_fix(dsn: str) -> None:
     with pytest.raises(SourceError, match=r"TCP host|invalid DSN"):
         jdbc_source(dsn)
+
+
+@pytest.mark.parametrize(
+    ("master", "threads"),
+    [("local", "1"), ("local[1]", "1"), ("local[2]", "2"), ("local[3, 2]", "3")],
+)
+def test_a_local_master_reads_with_as_many_partitions_as_it_has_threads(
+    master: str, threads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--master local[2]`` on a machine of many cores opens two JDBC connections per read,
+    not one per core of the machine."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    conf = session.local_conf(master, "pg.jar", fast_start=False, driver_memory="2g")
+    assert conf["spark.default.parallelism"] == conf["spark.sql.shuffle.partitions"] == threads
+    wide = session.local_conf("local[*]", "pg.jar", fast_start=False, driver_memory="2g")
+    assert wide["spark.default.parallelism"] == "64"
 
 
 def test_jar_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
