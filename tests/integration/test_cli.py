@@ -15,13 +15,15 @@ from sqlalchemy.engine import Engine
 from tests.conftest import REPO, load_activemq_fixture
 
 
-def mqstore(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def mqstore(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mqstore", *args],
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 

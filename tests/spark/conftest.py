@@ -5,6 +5,7 @@ The database fixtures (``dsn``, ``activemq_engine``...) come from ``tests/confte
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+
+from tests.integration.test_cli import mqstore
 
 try:
     import pyspark  # noqa: F401
@@ -45,6 +48,16 @@ def spark() -> Iterator[Any]:
         pytest.fail(str(exc))
     yield session
     session.stop()
+
+
+# A job run through the CLI starts its own JVM; on a busy two-core machine one that reads
+# hundreds of MiB takes minutes. The timeout only stops a job that hangs.
+JOB_TIMEOUT = 600
+
+
+def spark_job(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``mqstore JOB ARGS...`` for a job that runs Spark, with :data:`JOB_TIMEOUT`."""
+    return mqstore(*args, env=env, timeout=JOB_TIMEOUT)
 
 
 def dsn_of(engine: Engine) -> str:

@@ -16,8 +16,7 @@ from mqstore.errors import ConfigError
 from spark_etl.audit import audit
 from spark_etl.export import export
 from tests.conftest import Databases, load_activemq_fixture
-from tests.integration.test_cli import mqstore
-from tests.spark.conftest import dsn_of, execute
+from tests.spark.conftest import dsn_of, execute, spark_job
 
 NOW = 1795310000000
 
@@ -32,7 +31,7 @@ def other_activemq(databases: Databases) -> Iterator[Engine]:
 
 
 def _audit_cli(dsn: str, out: Path, *more: str) -> Any:
-    return mqstore("audit", "--dsn", dsn, "--out", str(out), "--master", "local[1]", *more)
+    return spark_job("audit", "--dsn", dsn, "--out", str(out), "--master", "local[1]", *more)
 
 
 def _one_line(stderr: str) -> str:

@@ -12,8 +12,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from mqstore.openwire import encode, text_message
-from tests.integration.test_cli import mqstore
-from tests.spark.conftest import dsn_of, execute
+from tests.spark.conftest import dsn_of, execute, spark_job
 
 BODY_BYTES = 40 * 1024 * 1024
 
@@ -61,10 +60,10 @@ def test_messages_that_together_exceed_the_heap_are_exported_and_audited(
     _store_big_messages(engine, 150, 4 * 1024 * 1024)
     small = ("--dsn", dsn_of(engine), "--master", "local[1]", "--driver-memory", "512m")
     out = tmp_path / "archive"
-    exported = mqstore("export", "--out", str(out), *small)
+    exported = spark_job("export", "--out", str(out), *small)
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert _archived_ids(out) == list(range(1, 151))
-    audited = mqstore("audit", "--out", str(tmp_path / "audit"), *small)
+    audited = spark_job("audit", "--out", str(tmp_path / "audit"), *small)
     assert audited.returncode == 0, audited.stderr[-3000:]
     report = json.loads((tmp_path / "audit" / "audit.json").read_text())
     assert report["counts"]["messages"] == 150
@@ -78,7 +77,7 @@ def test_out_of_memory_is_one_line_and_a_rerun_with_more_exports_once(
     out = tmp_path / "archive"
     args = ("export", "--dsn", dsn_of(engine), "--out", str(out), "--master", "local[1]")
 
-    short = mqstore(*args, "--driver-memory", "512m")
+    short = spark_job(*args, "--driver-memory", "512m")
     assert short.returncode == 1 and not _own_tracebacks(short.stderr), short.stderr[-3000:]
     last = short.stderr.strip().splitlines()[-1]  # the JVM's own log comes before it
     assert last.startswith("error: ") and "nothing was committed" in last, last
@@ -86,14 +85,14 @@ def test_out_of_memory_is_one_line_and_a_rerun_with_more_exports_once(
     assert not (out / "_watermarks.json").exists()
     assert not list(out.glob("messages/**/*.parquet"))
 
-    enough = mqstore(*args, "--driver-memory", "2g")
+    enough = spark_job(*args, "--driver-memory", "2g")
     assert enough.returncode == 0, enough.stderr[-3000:]
     assert _archived_ids(out) == [1]
     assert json.loads((out / "_watermarks.json").read_text())["msgs_max_id"] == 1
 
 
 def test_driver_memory_must_be_a_size(engine: Engine, tmp_path: Path) -> None:
-    result = mqstore(
+    result = spark_job(
         "audit", "--dsn", dsn_of(engine), "--out", str(tmp_path), "--driver-memory", "2 GB"
     )
     assert result.returncode == 1

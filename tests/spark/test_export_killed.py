@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy.engine import Engine
 
-from tests.integration.test_cli import mqstore
-from tests.spark.conftest import dsn_of
+from tests.spark.conftest import dsn_of, spark_job
 
 
 def _ids(out: Path) -> list[int]:
@@ -48,11 +47,11 @@ def test_an_export_killed_after_staging_its_rows_is_redone_once(
     assert proc.returncode == -signal.SIGKILL
     assert not (out / "_watermarks.json").exists()
 
-    again = mqstore(*args)
+    again = spark_job(*args)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _ids(out) == list(range(1, 18))
     assert [p.name for p in (out / "_staging").iterdir()] == []
 
-    third = mqstore(*args)
+    third = spark_job(*args)
     assert third.returncode == 0, third.stderr[-3000:]
     assert _ids(out) == list(range(1, 18))
