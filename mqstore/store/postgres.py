@@ -31,6 +31,7 @@ from mqstore.errors import (
     LockLostError,
     MessageNotFoundError,
     StoreClosedError,
+    StoreError,
 )
 from mqstore.lock import Locker, NoLocker, Renewal
 from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
@@ -55,7 +56,13 @@ from mqstore.store.model import (
     Xid,
 )
 from mqstore.store.topics import TopicOperations
-from mqstore.store.validation import check_acks, check_batch, check_body, check_container
+from mqstore.store.validation import (
+    LONG_MAX,
+    check_acks,
+    check_batch,
+    check_body,
+    check_container,
+)
 from mqstore.store.xa import XaOperations
 
 log = logging.getLogger(__name__)
@@ -355,6 +362,15 @@ class PostgresStore:
 
     def _take_ids_locked(self, count: int) -> int:
         """The first of ``count`` new IDs (the caller holds the sequence lock)."""
+        if count > LONG_MAX - self._last_id:
+            raise StoreError(
+                f"the message IDs are used up: the highest ID stored is {self._last_id} and "
+                f"{count} more would pass {LONG_MAX}, the largest BIGINT; a row another "
+                "program wrote with such an ID (or LAST_ACKED_ID) is the usual cause: find "
+                f"it with SELECT max(id) FROM {self.schema.msgs.name} and SELECT "
+                f"max(last_acked_id) FROM {self.schema.acks.name}, and lower it while no "
+                "broker runs; nothing was written"
+            )
         first = self._last_id + 1
         self._last_id += count
         return first
