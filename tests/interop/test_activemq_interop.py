@@ -185,7 +185,6 @@ def test_shared_lease_one_master_and_failover(
         _watch(pair, standby.serving, timeout=4)
     assert master.serving()
     master.kill()
-    took = _watch(pair, standby.serving, timeout=2 * lease / 1000 + 10)
-    # mqstore polls the lease every min(1 s, renew); ActiveMQ sleeps a whole lease between tries.
-    limit = (lease + renew) / 1000 + 1.5 if first == "activemq" else 2 * lease / 1000 + 4
-    assert took <= limit, f"takeover took {took:.1f}s"
+    # The standby takes over, never beside a master; how fast is measured by
+    # benchmarks/activemq/compare.py (kill -9 failover), not asserted here.
+    _watch(pair, standby.serving, timeout=2 * lease / 1000 + 10)
