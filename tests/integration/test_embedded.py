@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import stomp
 
+from mqstore.embedded import store_exists
 from tests.conftest import REPO
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -68,10 +69,10 @@ class Workdir:
             check=False,
         )  # fmt: skip
 
-    def serve(self, port: int, log: str) -> subprocess.Popen[bytes]:
+    def serve(self, port: int, log: str, *args: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [*MQSTORE_HANGUP_DEFAULT, "serve", "--stomp", f"127.0.0.1:{port}",
-             "--log-level", "WARNING"],
+             "--log-level", "WARNING", *args],
             cwd=self.path, env=_env(), stdout=(self.path / log).open("wb"),
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -444,6 +445,48 @@ def test_serve_stops_gracefully_when_its_terminal_closes(work: Workdir) -> None:
     os.killpg(proc.pid, signal.SIGHUP)
     assert proc.wait(60) == 0, (work.path / "serve.log").read_text()
     _assert_no_server_left(work)
+
+
+def test_two_serves_started_together_on_a_new_data_directory_one_is_refused(
+    work: Workdir,
+) -> None:
+    """``mqstore serve`` twice at once where no data directory is yet: exactly one
+    initialises the store and serves; the other is refused at once, naming it, and leaves
+    the one serving its server."""
+    for attempt in range(3):
+        data_dir = work.path / f"data-{attempt}"
+        logs = [f"serve-{attempt}-{n}.log" for n in range(2)]
+        procs = [work.serve(0, log, "--data-dir", str(data_dir)) for log in logs]
+        deadline = time.monotonic() + 120
+        while all(proc.poll() is None for proc in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [refused] = [proc for proc in procs if proc.poll() is not None]
+        [serving] = [proc for proc in procs if proc is not refused]
+        output = (work.path / logs[procs.index(refused)]).read_text()
+        assert refused.returncode == 2, output
+        lines = _error_lines(output)
+        assert len(lines) == 1, output
+        assert f"is locked by another process (pid {serving.pid})" in lines[0], lines[0]
+        assert "another `mqstore serve`" in lines[0], lines[0]
+        work.wait_serving(serving, logs[procs.index(serving)])
+        serving.send_signal(signal.SIGTERM)
+        assert serving.wait(60) == 0
+        _assert_no_server_left(work)
+        assert store_exists(data_dir)
+
+
+def test_serve_with_a_journal_directory_it_cannot_use_creates_no_store(work: Workdir) -> None:
+    """An unusable ``--journal-dir`` is refused in one line before an embedded store is
+    initialised, started and locked for nothing."""
+    (work.path / "a-file").write_text("")
+    journal_dir = work.path / "a-file" / "journal"
+    result = work.run("serve", "--journal-dir", str(journal_dir), "--stomp", "127.0.0.1:0")
+    assert result.returncode == 2, result.stderr
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and str(journal_dir) in lines[0], result.stderr
+    assert "--journal-dir" in lines[0], lines[0]
+    assert not (work.path / "mqstore-data").exists()
+    assert not work.postgres_pids()
 
 
 # -- 4. read-only commands never create a store -------------------------------------------

@@ -191,3 +191,48 @@ def test_a_second_serve_on_the_same_data_directory_names_the_running_one(
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(30)
+
+
+def _first_to_exit(procs: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
+    """The first of ``procs`` to exit (the others may go on)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if proc.poll() is not None:
+                return proc
+        time.sleep(0.05)
+    raise AssertionError("neither `mqstore serve` exited")
+
+
+def test_two_serves_started_together_on_a_new_data_directory_one_is_refused(
+    dsn: str, tmp_path: Path
+) -> None:
+    """Both would find no journal directory yet, and go on to wait for the lease held under
+    their common name: the claim on the directory is atomic, so exactly one serves and the
+    other is refused at once, naming it."""
+    for attempt in range(5):
+        data_dir = tmp_path / f"data-{attempt}"  # does not exist yet
+        command = [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--data-dir",
+                   str(data_dir), "--stomp", "127.0.0.1:0", "--log-level", "WARNING"]  # fmt: skip
+        procs = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        try:
+            refused = _first_to_exit(procs)
+            [serving] = [proc for proc in procs if proc is not refused]
+            _, stderr = refused.communicate(timeout=60)
+            assert refused.returncode == 2, stderr
+            lines = stderr.strip().splitlines()
+            assert len(lines) == 1, stderr
+            assert f"is locked by another process (pid {serving.pid})" in lines[0], stderr
+            assert "another `mqstore serve`" in lines[0] and "--broker-name" not in lines[0]
+            assert serving.stdout is not None
+            assert "serving STOMP" in serving.stdout.readline(), serving.poll()
+            serving.send_signal(signal.SIGTERM)
+            assert serving.wait(30) == 0
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
