@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from mqstore.cli import main
+from mqstore.entry import main
 
 main()

@@ -740,6 +740,10 @@ def main() -> None:
         if signum != signal.SIGINT:  # that is Python's KeyboardInterrupt: exit 130 below
             signal.signal(signum, _terminated)
     try:
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored stays ignored
+            # From here Ctrl-C is a KeyboardInterrupt, for the command's cleanup (the entry
+            # point answered it at once while the modules were imported).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         app()
     except KeyboardInterrupt:
         sys.exit(130)
