@@ -210,6 +210,32 @@ class _FromPy4j(logging.Filter):
         return "/py4j/" not in record.pathname.replace("\\", "/")
 
 
+class _ConsoleWarnings(logging.Handler):
+    """Shows the jobs' warnings as ``warning: ...`` lines on a Rich console (stderr)."""
+
+    def __init__(self, console: Any) -> None:
+        super().__init__(logging.WARNING)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.text import Text
+
+        self.console.print(Text(f"warning: {record.getMessage()}"), soft_wrap=True)
+
+
+@contextmanager
+def _warnings_on(console: Any) -> Iterator[None]:
+    """Route the ``spark_etl`` loggers' warnings to ``console`` (only there) meanwhile."""
+    logger, handler = logging.getLogger("spark_etl"), _ConsoleWarnings(console)
+    propagate, logger.propagate = logger.propagate, False
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
 @contextmanager
 def _quiet_py4j() -> Iterator[None]:
     """Leave py4j's tracebacks of a lost JVM connection unshown: the CLI's own one line
@@ -356,7 +382,7 @@ def export_command(
         spark = _session(master, driver_memory)
         console = Console(stderr=True)
         try:
-            with Progress(console=console, transient=True) as bar:
+            with _warnings_on(console), Progress(console=console, transient=True) as bar:
                 task = bar.add_task("export", total=len(STEPS))
                 seen: list[str] = []
 

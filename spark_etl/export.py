@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import time
@@ -62,6 +63,7 @@ from .durable import fsync_all, fsync_path, fsync_tree, write_atomically
 from .history import (
     DEFAULT_WINDOW,
     HISTORY_COLUMNS,
+    ROW_KEY,
     derive_removals,
     fetch_late_rows,
     match_rows,
@@ -111,6 +113,8 @@ _shorten = sf.udf(partition_value, StringType(), useArrow=True)
 #: Epoch ms of the first and the last instant of the years 1 to 9999 (the dates that
 #: Python's ``datetime.date``, and so PySpark's and pandas' readers, can hold).
 _FIRST_DAY_MS, _LAST_DAY_MS = -62_135_596_800_000, 253_402_300_799_999
+#: Where :func:`export` logs what the user should know but that does not stop the run.
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -122,6 +126,8 @@ class ExportResult:
     history: dict[str, int] = field(default_factory=dict)
     watermarks: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    #: What the run warned about (also logged as warnings of ``spark_etl.export``).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def message_rows(self) -> int:
@@ -297,9 +303,16 @@ def _new_messages(
     if upto is None:  # nothing in the snapshot: a row committed since waits for the next run
         main = main.limit(0)
     new_mark = max((x for x in (mark, upto) if x is not None), default=None)
-    if prev is None or mark is None:
+    if mark is None:
         return main, new_mark
-    late = match_rows(snapshot.where(sf.col("id") <= mark), prev, "left_anti")
+    below = snapshot.where(sf.col("id") <= mark)
+    if prev is None:  # the last snapshot is gone: what the archive lacks is late
+        archived = _archived_keys(spark, out / "messages")
+        late = below if archived is None else match_rows(below, archived, "left_anti")
+        keys = {int(r["id"]) for r in late.select("id").collect()}
+        extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", sorted(keys))
+        return (main if extra is None else main.unionByName(extra.select(*main.columns))), new_mark
+    late = match_rows(below, prev, "left_anti")
     keys = {int(r["id"]) for r in late.select("id").collect()}
     last_run = _run_files(out / "messages", marks.get("run_id"))
     if keys and last_run:
@@ -308,6 +321,24 @@ def _new_messages(
         keys = {int(r["id"]) for r in late.select("id").collect()}
     extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", sorted(keys))
     return (main if extra is None else main.unionByName(extra.select(*main.columns))), new_mark
+
+
+def _archived_keys(spark: SparkSession, messages: Path) -> DataFrame | None:
+    """The :data:`.history.ROW_KEY` of every committed message row (None: no files)."""
+    if not any(messages.rglob("*.parquet")):
+        return None
+    return read_dataset(spark, messages).select(*ROW_KEY)
+
+
+def _missing_snapshot(snap_dir: Path, has_history: bool) -> str | None:
+    """What a last run's snapshot deleted by hand costs this run (None: nothing)."""
+    if has_history:  # history comes from mqstore_history; late rows from the archive
+        return None
+    return (
+        f"the last run's snapshot {snap_dir} is missing (deleted?): messages removed from "
+        "the database since that run get no history rows ('removed') in this run; new "
+        "messages are exported as usual, and this run writes a new snapshot"
+    )
 
 
 def _stored_at_last_run(
@@ -398,8 +429,15 @@ def _export_locked(
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
     stage = out / STAGING / run_id
     prev_snapshot = None
-    if marks.get("snapshot") and (out / SNAPSHOTS / marks["snapshot"]).exists():
-        prev_snapshot = spark.read.parquet(str(out / SNAPSHOTS / marks["snapshot"]))
+    has_history = table_exists(spark, src, "MQSTORE_HISTORY")
+    warnings: list[str] = []
+    if marks.get("snapshot"):
+        snap_dir = out / SNAPSHOTS / marks["snapshot"]
+        if snap_dir.exists():
+            prev_snapshot = spark.read.parquet(str(snap_dir))
+        elif warning := _missing_snapshot(snap_dir, has_history):
+            log.warning("%s", warning)
+            warnings.append(warning)
 
     step("snapshot")
     read_msg_index(spark, src).write.parquet(str(stage / "snapshot"))
@@ -413,7 +451,6 @@ def _export_locked(
 
     step("history")
     hist_mark = marks.get("hist_max_id")
-    has_history = table_exists(spark, src, "MQSTORE_HISTORY")
     if has_history:
         source = "mqstore_history"
         exported = None
@@ -443,6 +480,7 @@ def _export_locked(
         run_id=run_id,
         messages=_counts(spark, stage / "messages"),
         history=_counts(spark, stage / "history"),
+        warnings=warnings,
     )
     _move_tagged(stage / "messages", out / "messages", run_id)
     _move_tagged(stage / "history", out / "history", run_id)
@@ -525,10 +563,22 @@ def _not_archived(
 
 def current_messages(spark: SparkSession, out_dir: str | os.PathLike[str]) -> DataFrame:
     """The exported messages still stored at the last run (messages ⋉ last snapshot, on
-    :data:`.history.ROW_KEY`)."""
+    :data:`.history.ROW_KEY`). Raises :class:`ArchiveError` when ``out_dir`` holds no
+    export or its last snapshot is missing."""
     out = Path(out_dir)
     marks = load_watermarks(out)
-    snap = spark.read.parquet(str(out / SNAPSHOTS / marks["snapshot"]))
+    if not marks.get("snapshot"):
+        raise ArchiveError(
+            f"{out} holds no export ({WATERMARKS} naming a snapshot): give the --out "
+            "directory of mqstore export"
+        )
+    snap_dir = out / SNAPSHOTS / marks["snapshot"]
+    if not snap_dir.is_dir():
+        raise ArchiveError(
+            f"the last run's snapshot {snap_dir} is missing (deleted?): run mqstore export "
+            f"into {out} once more to write a new one"
+        )
+    snap = spark.read.parquet(str(snap_dir))
     return match_rows(read_dataset(spark, out / "messages"), snap, "left_semi")
 
 
