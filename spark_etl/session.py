@@ -48,6 +48,40 @@ def find_jdbc_jar(explicit: str | None = None) -> str:
     )
 
 
+#: The class Spark's JDBC source loads for the jobs' reads (their ``driver`` option).
+DRIVER_CLASS = "org.postgresql.Driver"
+
+
+def jdbc_driver_loadable(spark: SparkSession) -> bool:
+    """True when the driver's JVM can load :data:`DRIVER_CLASS` as Spark's JDBC source does:
+    through the thread's context class loader (where ``--jars`` and ``--packages`` put it),
+    else Spark's own. One reflective call through py4j, nothing is read."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    lang = jvm.java.lang
+    loader = lang.Thread.currentThread().getContextClassLoader()
+    if loader is None:
+        loader = lang.Class.forName("org.apache.spark.SparkContext").getClassLoader()
+    try:
+        lang.Class.forName(DRIVER_CLASS, False, loader)
+    except Py4JJavaError as exc:
+        if exc.java_exception.getClass().getName() == "java.lang.ClassNotFoundException":
+            return False
+        raise
+    return True
+
+
+def _driver_missing_under_spark_submit() -> JdbcJarMissingError:
+    return JdbcJarMissingError(
+        f"the PostgreSQL JDBC driver ({DRIVER_CLASS}) is not on the classpath of this "
+        f"spark-submit: pass its jar with spark-submit --jars {DEBIAN_JAR} (a path every node "
+        "has), or --packages org.postgresql:postgresql:VERSION (e.g. 42.7.4) where Maven "
+        "Central is reachable"
+    )
+
+
 #: Settings every session of the jobs gets, under ``spark-submit`` too. Arrow batches (the
 #: rows handed to the Python decoder, which hands back about twice as much) are cut at
 #: 16 MiB, not only at 10 000 rows: 200 rows of 4 MiB messages were 800 MiB of direct
@@ -113,11 +147,13 @@ def build_session(
     """Get or create the SparkSession.
 
     ``master`` defaults to ``local[*]`` when run directly; under ``spark-submit`` it must
-    stay None (``--master``/``--jars`` decide). ``fast_start`` trades peak JIT speed for
-    a 2-3 s quicker JVM start (tests). ``conf`` adds or overrides settings.
+    stay None (``--master``/``--jars`` decide), and :class:`JdbcJarMissingError` is
+    raised when they left out the PostgreSQL JDBC driver. ``fast_start`` trades peak JIT
+    speed for a 2-3 s quicker JVM start (tests). ``conf`` adds or overrides settings.
     """
     builder = SparkSession.builder.appName(app_name)
-    if under_spark_submit() and master is None:
+    submitted = under_spark_submit() and master is None
+    if submitted:
         settings: dict[str, str] = dict(JOB_CONF)
     else:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -137,14 +173,19 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if submitted and not jdbc_driver_loadable(spark):
+        spark.stop()
+        raise _driver_missing_under_spark_submit()
     return spark
 
 
 __all__ = [
     "DEBIAN_JAR",
+    "DRIVER_CLASS",
     "JdbcJarMissingError",
     "build_session",
     "find_jdbc_jar",
+    "jdbc_driver_loadable",
     "local_conf",
     "local_threads",
 ]
