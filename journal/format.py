@@ -2,17 +2,28 @@
 
 Segment file ``NNNNNNNNNNNNNNNN.wal`` (16-digit zero-padded segment number)::
 
-    header := magic b"MQSJRNL\\x00" (8) | version u16 | flags u16 (0) | segment u64
+    header := magic b"MQSJRNL\\x00" (8) | version u16 | flags u16 | segment u64
               | crc32c u32 over the 20 bytes before it                      (24 bytes)
     record := length u32 | type u8 | payload (length bytes)
               | crc32c u32 over length, type and payload
+    seal   := a padding record whose payload is magic b"MQSSEAL\\x00" (8)
+              | segment u64 | end u64 | records u64                         (41 bytes)
 
-All integers are little endian. Record types: ``RECORD_BATCH`` (1), a batch of operations
-encoded by :func:`journal.records.encode_batch`; ``RECORD_CHECKPOINT`` (2), the same encoding
-holding exactly one :class:`~journal.records.CheckpointMark`; ``RECORD_PADDING`` (3), bytes
-that hold nothing (only ``mqstore journal repair`` writes them, over damaged bytes, so the
-records after the damage keep their positions). Type 0 is never written, so zero-filled
-space is recognisable.
+All integers are little endian. Header flag ``FLAG_SEALS_PREVIOUS`` (1): the first record
+of the segment is the *seal* of the segment before it, written with the header when the
+writer moves on: the number of that segment, the offset its last record ends at (its
+size) and how many records it holds (its own seal not counted). A segment cut later, even
+exactly at a record boundary, is then told from an intact one. Segments without the flag
+(the first of a journal, stand-ins ``repair`` creates, and every segment of earlier
+builds, which write flags 0 and ignore them) seal nothing.
+
+Record types: ``RECORD_BATCH`` (1), a batch of operations encoded by
+:func:`journal.records.encode_batch`; ``RECORD_CHECKPOINT`` (2), the same encoding holding
+exactly one :class:`~journal.records.CheckpointMark`; ``RECORD_PADDING`` (3), bytes that
+hold nothing (``mqstore journal repair`` writes them over damaged bytes, so the records
+after the damage keep their positions; a seal is one too, so builds that read padding read
+sealed journals, and replay skips it). Type 0 is never written, so zero-filled space is
+recognisable.
 
 A record's payload may not exceed ``MAX_PAYLOAD`` (512 MiB). A record larger than the
 segment size gets a segment of its own, which is then bigger than the nominal size.
@@ -30,6 +41,7 @@ from crc32c import crc32c
 from journal.records import CheckpointMark, Op, encode_batch
 
 __all__ = [
+    "FLAG_SEALS_PREVIOUS",
     "FORMAT_VERSION",
     "FRAME_OVERHEAD",
     "HEADER_SIZE",
@@ -38,13 +50,18 @@ __all__ = [
     "RECORD_BATCH",
     "RECORD_CHECKPOINT",
     "RECORD_PADDING",
+    "SEAL_FRAME_SIZE",
     "Position",
+    "Seal",
     "UnsupportedFormatError",
     "decode_header",
+    "decode_seal",
     "encode_frame",
     "encode_header",
     "encode_padding",
+    "encode_seal",
     "frame_ops",
+    "header_flags",
     "record_type_for",
     "segment_file_name",
 ]
@@ -56,6 +73,9 @@ RECORD_CHECKPOINT = 2
 RECORD_PADDING = 3
 RECORD_TYPES = frozenset({RECORD_BATCH, RECORD_CHECKPOINT, RECORD_PADDING})
 MAX_PAYLOAD = 512 * 1024 * 1024
+#: Header flag: the segment's first record is the seal of the segment before it.
+FLAG_SEALS_PREVIOUS = 0x1
+SEAL_MAGIC = b"MQSSEAL\x00"
 
 _HEADER_BODY = struct.Struct("<8sHHQ")
 _U32 = struct.Struct("<I")
@@ -63,6 +83,8 @@ HEADER_SIZE = _HEADER_BODY.size + _U32.size
 FRAME_HEAD = struct.Struct("<IB")
 FRAME_CRC = _U32
 FRAME_OVERHEAD = FRAME_HEAD.size + FRAME_CRC.size
+_SEAL = struct.Struct("<8sQQQ")
+SEAL_FRAME_SIZE = FRAME_OVERHEAD + _SEAL.size
 
 SEGMENT_SUFFIX = ".wal"
 SEGMENT_NAME_RE = re.compile(r"^(\d{16})\.wal$")
@@ -94,6 +116,16 @@ class Position:
         return cls(int(segment), int(offset))
 
 
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """What the writer knew of segment ``segment`` when it left it: the offset its last
+    record ends at (the segment's size) and how many records it holds (no seal counted)."""
+
+    segment: int
+    end: int
+    records: int
+
+
 class UnsupportedFormatError(ValueError):
     """A segment header written by another format version."""
 
@@ -103,10 +135,15 @@ def segment_file_name(number: int) -> str:
     return f"{number:016d}{SEGMENT_SUFFIX}"
 
 
-def encode_header(segment: int) -> bytes:
+def encode_header(segment: int, flags: int = 0) -> bytes:
     """The 24-byte header of segment number ``segment``."""
-    body = _HEADER_BODY.pack(MAGIC, FORMAT_VERSION, 0, segment)
+    body = _HEADER_BODY.pack(MAGIC, FORMAT_VERSION, flags, segment)
     return body + _U32.pack(crc32c(body))
+
+
+def header_flags(data: bytes | memoryview) -> int:
+    """The flags of a header :func:`decode_header` accepts."""
+    return int(_HEADER_BODY.unpack_from(data, 0)[2])
 
 
 def decode_header(data: bytes | memoryview) -> int:
@@ -140,6 +177,20 @@ def encode_padding(size: int) -> bytes:
     if size < FRAME_OVERHEAD:
         raise ValueError(f"a padding record needs at least {FRAME_OVERHEAD} bytes, not {size}")
     return encode_frame(RECORD_PADDING, bytes(size - FRAME_OVERHEAD))
+
+
+def encode_seal(seal: Seal) -> bytes:
+    """The seal record (``SEAL_FRAME_SIZE`` bytes) of ``seal``."""
+    payload = _SEAL.pack(SEAL_MAGIC, seal.segment, seal.end, seal.records)
+    return encode_frame(RECORD_PADDING, payload)
+
+
+def decode_seal(payload: bytes | memoryview) -> Seal | None:
+    """The seal a padding record's payload holds, or None (plain padding)."""
+    if len(payload) != _SEAL.size:
+        return None
+    magic, segment, end, records = _SEAL.unpack_from(payload, 0)
+    return Seal(segment, end, records) if magic == SEAL_MAGIC else None
 
 
 def frame_crc(head: bytes | memoryview, payload: bytes | memoryview) -> int:

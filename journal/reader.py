@@ -7,14 +7,16 @@ acknowledged. In the last segment these are a torn tail and are truncated on ope
 * an incomplete frame header, or a frame whose length runs past the end of the file;
 * a frame that fits but has a bad CRC (or type) and only zero bytes, if any, after it;
 * zero bytes (preallocated or zero-filled space) up to the end of the file;
-* a last segment shorter than its header or with an all-zero header (crash while creating it).
+* a last segment shorter than its header or with an all-zero header, or flagged to start
+  with a seal and holding no valid record at all (crash while creating it).
 
 The first two only when no valid record follows: a damaged length field makes a record in
 the middle look like one that runs on, and the records after it were acknowledged.
 
 Anything else (a bad frame with valid-looking data after it, any bad frame in an earlier
 segment, a bad segment header, a gap in segment numbers, an earlier segment holding no
-record at all) is corruption: acknowledged records may be affected, so
+record at all, a segment shorter than the seal the next segment starts with says it was)
+is corruption: acknowledged records may be affected, so
 :class:`~journal.errors.JournalCorruptError` is raised.
 """
 
@@ -35,6 +37,7 @@ from journal.errors import (
     JournalSegmentGoneError,
 )
 from journal.format import (
+    FLAG_SEALS_PREVIOUS,
     FRAME_CRC,
     FRAME_HEAD,
     FRAME_OVERHEAD,
@@ -42,13 +45,17 @@ from journal.format import (
     MAX_PAYLOAD,
     RECORD_PADDING,
     RECORD_TYPES,
+    SEAL_FRAME_SIZE,
     Position,
+    Seal,
     UnsupportedFormatError,
     decode_header,
+    decode_seal,
     frame_crc,
+    header_flags,
 )
 from journal.records import Op, decode_batch
-from journal.segments import list_segments
+from journal.segments import list_segments, read_newest
 
 __all__ = [
     "Damage",
@@ -58,10 +65,13 @@ __all__ = [
     "RecoveryReport",
     "SegmentScan",
     "check_header",
+    "cut_short",
     "read_records",
+    "read_seal",
     "recover_tail",
     "resync",
     "scan_log",
+    "unsealed",
 ]
 
 log = logging.getLogger(__name__)
@@ -133,6 +143,12 @@ class SegmentScan:
     last: Position | None = None
     end: Position | None = None
     damage: Damage | None = None
+    seal: Seal | None = None  # the seal of the segment before, that this one starts with
+
+    @property
+    def data_start(self) -> int:
+        """Where its records start: after the header and its seal, if any."""
+        return HEADER_SIZE + (SEAL_FRAME_SIZE if self.seal is not None else 0)
 
 
 @dataclass(slots=True)
@@ -159,6 +175,53 @@ EMPTY_SEGMENT = (
     "it holds no records, yet later segments follow (the writer never leaves a segment "
     "empty): its records were cut away, or an earlier repair left it empty"
 )
+
+#: Why a segment flagged to start with a seal but holding no valid record at all is, as
+#: the last one, a segment whose creation a crash cut short (header and seal are written
+#: in one write and synced before the segment is used) ...
+UNSEALED = "its creation was cut short: the seal it starts with is missing"
+#: ... unless the directory's ``newest`` names it, which is written only after that sync.
+UNSEALED_CUT = (
+    "cut to its header: the seal it starts with is missing, yet it was made whole (file "
+    "'newest' names it): whatever records it held were cut away"
+)
+
+
+def read_seal(view: memoryview) -> Seal | None:
+    """The seal a segment (its header valid) starts with, or None: not flagged to have one
+    (earlier builds, the first segment, repair's stand-ins) or the seal is not there."""
+    if not header_flags(view) & FLAG_SEALS_PREVIOUS:
+        return None
+    end = HEADER_SIZE + SEAL_FRAME_SIZE
+    if len(view) < end:
+        return None
+    frame = next(iter(FrameWalker(view[:end])), None)
+    if frame is None or frame.record_type != RECORD_PADDING:
+        return None
+    return decode_seal(frame.payload)
+
+
+def unsealed(view: memoryview) -> bool:
+    """Whether a valid header flagged to start with a seal has no valid record after it."""
+    if not header_flags(view) & FLAG_SEALS_PREVIOUS or read_seal(view) is not None:
+        return False
+    return resync(view, HEADER_SIZE) is None
+
+
+def cut_short(seg: SegmentScan, seal: Seal) -> Damage | None:
+    """Damage when ``seg``, read whole, ends before the ``seal`` the next segment starts
+    with says it did: records cut away at a record boundary (a bad copy, a lost tail)."""
+    if seal.segment != seg.number or seg.size >= seal.end:
+        return None
+    lost = seal.records - seg.records
+    what = f"{lost} acknowledged record(s)" if lost > 0 else "acknowledged records"
+    reason = (
+        f"cut short: it ends at offset {seg.size} after {seg.records} record(s), but the "
+        f"next segment's seal says it ended at {seal.end} after {seal.records}; {what} "
+        f"({seal.end - seg.size} bytes) were cut away"
+    )
+    return Damage(seg.number, seg.path, seg.size, seg.size, reason, torn=False)
+
 
 _TYPE_BYTE = re.compile(rb"[\x01\x02\x03]")
 
@@ -277,9 +340,22 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
             seg.damage = Damage(number, path, 0, len(view), reason, torn=False, header=True)
         else:
             seg.damage = check_header(number, path, view, last)
-        if seg.damage is None:
-            seg.end = Position(number, HEADER_SIZE)
-            walker = FrameWalker(view)
+        if seg.damage is None and last and unsealed(view):
+            if (read_newest(directory) or 0) < number:
+                seg.damage = Damage(number, path, 0, len(view), UNSEALED, torn=True, header=True)
+            else:
+                seg.damage = Damage(number, path, HEADER_SIZE, len(view), UNSEALED_CUT, False)
+        elif seg.damage is None:
+            seg.seal = read_seal(view)
+            before = scan.segments[-2] if len(scan.segments) > 1 else None
+            cut = cut_short(before, seg.seal) if before and seg.seal else None
+            if before is not None and cut is not None:  # the damage is in the one before
+                scan.segments.pop()
+                before.damage = scan.damage = cut
+                scan.unscanned = segments[i:]
+                break
+            seg.end = Position(number, seg.data_start)
+            walker = FrameWalker(view, seg.data_start)
             for frame in walker:
                 seg.records += 1
                 seg.last = Position(number, frame.start)
@@ -294,7 +370,8 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
                 torn = torn and last
                 seg.damage = Damage(number, path, offset, len(view), reason, torn, zeros=zeros)
             elif not seg.records and not last:
-                seg.damage = Damage(number, path, HEADER_SIZE, len(view), EMPTY_SEGMENT, False)
+                empty = Damage(number, path, seg.data_start, len(view), EMPTY_SEGMENT, False)
+                seg.damage = empty
         prev = number
         if seg.damage is not None:
             scan.damage = seg.damage

@@ -9,7 +9,11 @@ middle is created empty. A segment left without records before later ones gets a
 record: one holding none is taken for damage (its records cut away). Only where the damage
 cannot be told apart from a different log (a header naming another segment, a long run of
 missing numbers, damage too short to pad) is the journal truncated and the later segments
-removed. Zero bytes after the last record are the writer's preallocated space, no damage:
+removed. A segment shorter than the seal the next one starts with says it was (cut at a
+record boundary: by a bad copy, a lost tail) is filled up to that length with a padding
+record, its records cut away reported lost; a stand-in for a missing segment is too, and a
+stretch with nothing readable after it in such a segment is padded up to it, not cut.
+Zero bytes after the last record are the writer's preallocated space, no damage:
 ``Journal.open`` trims them.
 """
 
@@ -23,15 +27,31 @@ from typing import Any
 
 from journal.errors import JournalDecodeError
 from journal.format import (
+    FLAG_SEALS_PREVIOUS,
     FRAME_OVERHEAD,
     HEADER_SIZE,
     RECORD_PADDING,
+    SEAL_FRAME_SIZE,
+    Seal,
+    decode_header,
+    decode_seal,
     encode_header,
     encode_padding,
+    header_flags,
     segment_file_name,
 )
 from journal.maintenance import Problem, count_frames, jsonable, resync
-from journal.reader import EMPTY_SEGMENT, FrameWalker, check_header
+from journal.reader import (
+    EMPTY_SEGMENT,
+    UNSEALED,
+    UNSEALED_CUT,
+    FrameWalker,
+    SegmentScan,
+    check_header,
+    cut_short,
+    read_seal,
+    unsealed,
+)
 from journal.records import decode_batch
 from journal.segments import (
     NEWEST_FILE_NAME,
@@ -50,6 +70,8 @@ __all__ = ["RepairAction", "RepairPlan", "repair"]
 PAD, TRUNCATE, REMOVE, HEADER, CREATE = "pad", "truncate", "remove", "header", "create"
 #: A padding record written into a segment left empty before later ones (see EMPTY_SEGMENT).
 MARK = "mark"
+#: A padding record that fills a segment cut short back to the length its seal records.
+FILL = "fill"
 #: More missing segments than this in a row are not a lost file but a different log.
 MAX_MISSING = 1000
 
@@ -58,8 +80,9 @@ MAX_MISSING = 1000
 class RepairAction:
     """One change: ``pad`` bytes ``offset..end`` of ``file``, ``truncate`` it at ``offset``
     (dropping up to ``end``), ``remove`` it, write its ``header`` again, ``create`` it
-    empty in place of a missing segment, or ``mark`` it, found empty before later segments,
-    with a padding record at ``offset..end``."""
+    empty in place of a missing segment, ``mark`` it, found empty before later segments,
+    with a padding record at ``offset..end``, or ``fill`` it, cut short of the length its
+    seal records, with a padding record from ``offset`` (its end) to ``end``."""
 
     action: str
     file: str
@@ -77,6 +100,7 @@ class RepairPlan:
     actions: list[RepairAction] = field(default_factory=list)
     lost_bytes: int = 0
     lost_records: int = 0
+    cut_records: int = 0
     lost_ops_by_type: dict[str, int] = field(default_factory=dict)
     applied: bool = False
 
@@ -107,6 +131,12 @@ class RepairPlan:
             elif a.action == CREATE:
                 what = "created" if done else "would create"
                 lines.append(f"{what} an empty {a.file} for the missing one (its records are lost)")
+            elif a.action == FILL:
+                what = "filled" if done else "would fill"
+                lines.append(
+                    f"{what} {a.file} bytes {a.offset}..{a.end} with a padding record ("
+                    f"{a.reason}); the records cut away are lost, the later segments are kept"
+                )
             elif a.action == MARK:
                 what = "marked" if done else "would mark"
                 lines.append(
@@ -117,9 +147,10 @@ class RepairPlan:
                 lines.append(f"{'removed' if done else 'would remove'} {a.file}")
         types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
         stretches = sum(a.action not in (HEADER, MARK) for a in self.actions)
+        cut = f", {self.cut_records} record(s) cut away" if self.cut_records else ""
         lines.append(
             f"lost: whatever records the {self.lost_bytes} unreadable bytes held ({stretches} "
-            f"place(s)), and {self.lost_records} readable records"
+            f"place(s)){cut}, and {self.lost_records} readable records"
             + (f" ({types})" if types else "")
         )
         return "\n".join(lines)
@@ -156,10 +187,21 @@ class _Planner:
             number = int(stem) if stem.isdigit() else 0
             self.plan.problem = Problem(kind, number, path.name, offset, end - offset, reason)
 
-    def segment(self, number: int, path: Path, view: memoryview, last: bool) -> bool:
-        """Plan the repair of one segment; False when the later segments must go."""
+    def segment(
+        self, number: int, path: Path, view: memoryview, last: bool, sealed: Seal | None
+    ) -> bool:
+        """Plan the repair of one segment (``sealed``: its seal, found at the start of the
+        next one); False when the later segments must go."""
         size = len(view)
         damage = check_header(number, path, view, last)
+        start = HEADER_SIZE
+        if damage is None and last and unsealed(view):
+            made = (read_newest(path.parent) or 0) >= number
+            self.add(REMOVE, path, 0, size, UNSEALED_CUT if made else f"torn header: {UNSEALED}")
+            self.plan.lost_bytes += size
+            return True
+        if damage is None and read_seal(view) is not None:
+            start += SEAL_FRAME_SIZE
         if damage is not None:
             if damage.torn:  # a new last segment whose header was never written
                 self.add(REMOVE, path, 0, size, f"torn header: {damage.reason}")
@@ -170,13 +212,17 @@ class _Planner:
                 return False
             self.add(HEADER, path, 0, HEADER_SIZE, damage.reason)
             if size < HEADER_SIZE:
+                if sealed is not None and not last:
+                    self.fill(number, path, view, sealed)
                 return True
-        pos = HEADER_SIZE
+        pos = start
         while True:
             offset, reason, torn, bad_end = _first_bad(view, pos)
-            if offset < 0 and size == HEADER_SIZE and damage is None and not last:
+            if offset < 0 and sealed is not None and self.fill(number, path, view, sealed):
+                return True
+            if offset < 0 and size == start and damage is None and not last:
                 # Whatever it held is lost; a padding record tells it from damage from now on.
-                self.add(MARK, path, HEADER_SIZE, HEADER_SIZE + FRAME_OVERHEAD, EMPTY_SEGMENT)
+                self.add(MARK, path, start, start + FRAME_OVERHEAD, EMPTY_SEGMENT)
                 return True
             if offset < 0:
                 return True
@@ -187,6 +233,15 @@ class _Planner:
                 self.plan.lost_bytes += size - offset
                 return True
             end = bad_end if bad_end is not None else resync(view, offset + 1)
+            if (
+                end is None
+                and sealed is not None
+                and size <= sealed.end
+                and sealed.end - offset >= FRAME_OVERHEAD
+            ):  # pad up to the length its seal records, not cut: its seal then still holds
+                self.add(PAD, path, offset, sealed.end, f"{reason}; up to its sealed end")
+                self.plan.lost_bytes += sealed.end - offset
+                return True
             if end is None:  # nothing readable follows in this segment
                 self.add(TRUNCATE, path, offset, size, reason)
                 self.plan.lost_bytes += size - offset
@@ -197,6 +252,23 @@ class _Planner:
             self.add(PAD, path, offset, end, reason)
             self.plan.lost_bytes += end - offset
             pos = end
+
+    def fill(self, number: int, path: Path, view: memoryview, sealed: Seal) -> bool:
+        """Plan filling a segment, readable to its end, up to its sealed length, if it is
+        cut short of it; whether it is. One left without records is ``mark``-ed so, the
+        damage start-up reports for it being that it holds none."""
+        size = max(len(view), HEADER_SIZE)
+        seg = SegmentScan(number, path, size, records=_frames(view))
+        damage = cut_short(seg, sealed)
+        if damage is None or sealed.end - size < FRAME_OVERHEAD:
+            return False
+        if seg.records:
+            self.add(FILL, path, size, sealed.end, damage.reason)
+        else:
+            self.add(MARK, path, size, sealed.end, EMPTY_SEGMENT)
+        self.plan.lost_bytes += sealed.end - size
+        self.plan.cut_records += max(0, sealed.records - seg.records)
+        return True
 
     def cut(self, path: Path, view: memoryview, offset: int, reason: str) -> None:
         """Truncate at ``offset`` (remove the file at 0), counting what is lost."""
@@ -217,6 +289,36 @@ def _read(path: Path) -> memoryview:
         return memoryview(f.read())
 
 
+def _frames(view: memoryview) -> int:
+    """Valid records of a segment (its seal not counted), as the seal counts them."""
+    if len(view) < HEADER_SIZE:
+        return 0
+    start = HEADER_SIZE + (SEAL_FRAME_SIZE if read_seal(view) is not None else 0)
+    return sum(1 for _ in FrameWalker(view, start))
+
+
+def _seal_in(path: Path, number: int) -> Seal | None:
+    """The seal of segment ``number`` that the segment file ``path`` (the next one) starts
+    with, if any; also behind a damaged header, which is written again keeping it."""
+    with open(path, "rb") as f:
+        view = memoryview(f.read(HEADER_SIZE + SEAL_FRAME_SIZE))
+    try:
+        if decode_header(view) != number + 1 or not header_flags(view) & FLAG_SEALS_PREVIOUS:
+            return None
+    except ValueError:
+        pass
+    return _seal_frame(view, number)
+
+
+def _seal_frame(view: memoryview, number: int) -> Seal | None:
+    """The seal of segment ``number`` after the (maybe damaged) header in ``view``."""
+    frame = next(iter(FrameWalker(view[: HEADER_SIZE + SEAL_FRAME_SIZE])), None)
+    if frame is None or frame.record_type != RECORD_PADDING:
+        return None
+    seal = decode_seal(frame.payload)
+    return seal if seal is not None and seal.segment == number else None
+
+
 def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> RepairPlan:
     """Plan (and unless ``dry_run`` apply) the repair of the journal in ``directory``.
 
@@ -231,6 +333,8 @@ def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> Repair
         prev: int | None = None
         for i, (number, seg_path) in enumerate(segments):
             view = _read(seg_path)
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            sealed = _seal_in(nxt[1], number) if nxt is not None else None
             if prev is not None and number != prev + 1:
                 reason = f"gap in segment numbers: segment {prev} is followed by {number}"
                 if number - prev - 1 > MAX_MISSING:
@@ -240,9 +344,10 @@ def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> Repair
                     for missing in range(prev + 1, number):
                         planner.add(CREATE, seg_path.with_name(segment_file_name(missing)),
                                     0, 0, f"missing segment; {reason}")  # fmt: skip
-                    ok = planner.segment(number, seg_path, view, i == len(segments) - 1)
+                    _fill_stand_in(planner, seg_path, number)
+                    ok = planner.segment(number, seg_path, view, not nxt, sealed)
             else:
-                ok = planner.segment(number, seg_path, view, i == len(segments) - 1)
+                ok = planner.segment(number, seg_path, view, not nxt, sealed)
             prev = number
             if not ok:
                 for _n, later in segments[i + 1 :]:
@@ -254,6 +359,18 @@ def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> Repair
         if not dry_run and plan.actions:
             _apply(path, plan)
     return plan
+
+
+def _fill_stand_in(planner: _Planner, path: Path, number: int) -> None:
+    """Fill the stand-in for missing segment ``number - 1`` up to the length the seal
+    ``path`` starts with records for it, so it is not then taken for one cut short."""
+    seal = _seal_in(path, number - 1)
+    if seal is None or seal.end - HEADER_SIZE < FRAME_OVERHEAD:
+        return
+    stand_in = path.with_name(segment_file_name(number - 1))
+    reason = f"missing segment; its seal says it held {seal.records} record(s)"
+    planner.plan.actions.append(RepairAction(FILL, stand_in.name, HEADER_SIZE, seal.end, reason))
+    planner.plan.cut_records += seal.records
 
 
 def _plan_missing_tail(planner: _Planner, directory: Path, last: int | None) -> None:
@@ -284,11 +401,13 @@ def _apply(directory: Path, plan: RepairPlan) -> None:
             continue
         fd = os.open(directory / action.file, os.O_WRONLY)
         try:
-            if action.action in (PAD, MARK):
+            if action.action in (PAD, MARK, FILL):
                 os.pwrite(fd, encode_padding(action.end - action.offset), action.offset)
-            elif action.action == HEADER:
+            elif action.action == HEADER:  # keeping the flag of a seal that follows it
                 number = int(action.file.split(".")[0])
-                os.pwrite(fd, encode_header(number), 0)
+                view = _read(directory / action.file)
+                flags = FLAG_SEALS_PREVIOUS if _seal_frame(view, number - 1) is not None else 0
+                os.pwrite(fd, encode_header(number, flags), 0)
                 if os.fstat(fd).st_size < HEADER_SIZE:
                     os.ftruncate(fd, HEADER_SIZE)
             else:
@@ -298,20 +417,21 @@ def _apply(directory: Path, plan: RepairPlan) -> None:
             os.close(fd)
     fsync_directory(directory)
     remaining = list_segments(directory)
-    for _number, seg_path in remaining[:-1]:
-        if seg_path.stat().st_size == HEADER_SIZE:
-            _mark_empty(seg_path)
+    for number, seg_path in remaining[:-1]:
+        start = HEADER_SIZE + (SEAL_FRAME_SIZE if _seal_in(seg_path, number - 1) else 0)
+        if seg_path.stat().st_size == start:
+            _mark_empty(seg_path, start)
     if remaining:  # segments cut off are no longer missing: the log ends where it now ends
         mark_newest(directory, remaining[-1][0])
     plan.applied = True
 
 
-def _mark_empty(path: Path) -> None:
+def _mark_empty(path: Path, start: int) -> None:
     """Give a segment left empty before later ones (a stand-in for a missing one, or one
-    cut to its header) a padding record: a segment with none is taken for damage."""
+    cut to its header and seal) a padding record: a segment with none is taken for damage."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        os.pwrite(fd, encode_padding(FRAME_OVERHEAD), HEADER_SIZE)
+        os.pwrite(fd, encode_padding(FRAME_OVERHEAD), start)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -17,7 +17,14 @@ from pathlib import Path
 from types import TracebackType
 
 from journal.errors import JournalFullError, JournalLockedError
-from journal.format import SEGMENT_NAME_RE, encode_header, segment_file_name
+from journal.format import (
+    FLAG_SEALS_PREVIOUS,
+    SEGMENT_NAME_RE,
+    Seal,
+    encode_header,
+    encode_seal,
+    segment_file_name,
+)
 
 __all__ = [
     "LOCK_FILE_NAME",
@@ -100,16 +107,21 @@ def mark_newest(directory: Path, number: int) -> None:
     fsync_directory(directory)
 
 
-def create_segment(directory: Path, number: int) -> int:
+def create_segment(directory: Path, number: int, seal: Seal | None = None) -> int:
     """Create segment ``number`` with its header, durably; return a write descriptor.
 
-    The header and the directory entry are fsynced before returning, so a segment that
-    holds records always has a valid header after a crash; then ``newest`` records it.
+    ``seal``, the seal of the segment before it, is written with the header (flagged
+    ``FLAG_SEALS_PREVIOUS``) in the same write and sync. The header and the directory
+    entry are fsynced before returning, so a segment that holds records always has a valid
+    header (and its seal) after a crash; then ``newest`` records it.
     """
     path = segment_path(directory, number)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
-        header = encode_header(number)
+        if seal is None:
+            header = encode_header(number)
+        else:
+            header = encode_header(number, FLAG_SEALS_PREVIOUS) + encode_seal(seal)
         if os.pwrite(fd, header, 0) != len(header):
             raise OSError(errno.EIO, f"short write of the header of {path}")
         os.fsync(fd)

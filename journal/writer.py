@@ -21,7 +21,15 @@ from journal.errors import (
     JournalRecordTooLargeError,
     JournalTailMissingError,
 )
-from journal.format import FRAME_OVERHEAD, HEADER_SIZE, MAX_PAYLOAD, Position, frame_ops
+from journal.format import (
+    FRAME_OVERHEAD,
+    HEADER_SIZE,
+    MAX_PAYLOAD,
+    SEAL_FRAME_SIZE,
+    Position,
+    Seal,
+    frame_ops,
+)
 from journal.reader import RecoveryReport, read_records, recover_tail, scan_log
 from journal.records import Op
 from journal.segments import (
@@ -117,7 +125,9 @@ class Journal:
         fd: int,
         segment: int,
         offset: int,
+        records: int,
         sealed: dict[int, int],
+        starts: dict[int, int],
         segment_size: int,
         policy: SyncPolicy,
         report: RecoveryReport | None,
@@ -130,7 +140,9 @@ class Journal:
         self._fd = fd
         self._segment = segment
         self._offset = offset
+        self._seg_records = records  # records in the active segment, for its seal
         self._sealed = sealed
+        self._starts = starts  # where the records of each segment kept start
         self._written = self._durable = Position(segment, offset)
         self._allocated = offset  # the file's size: written records plus zeroed space
         self._lock = threading.Lock()
@@ -176,14 +188,15 @@ class Journal:
             if scan.segments:
                 last = scan.segments[-1]
                 fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
-                number, offset = last.number, last.size
+                number, offset, records = last.number, last.size, last.records
                 sealed = {s.number: s.size for s in scan.segments[:-1]}
+                starts = {s.number: s.data_start for s in scan.segments}
                 if newest is None or newest < number:  # a journal of an earlier version
                     mark_newest(path, number)
             else:
                 # Keep numbering monotonic if the only segment had a torn header.
                 number = report.segment if report is not None else 1
-                offset, sealed = HEADER_SIZE, {}
+                offset, records, sealed, starts = HEADER_SIZE, 0, {}, {number: HEADER_SIZE}
                 fd = create_segment(path, number)
         except BaseException:
             lock.release()
@@ -200,7 +213,9 @@ class Journal:
             fd=fd,
             segment=number,
             offset=offset,
+            records=records,
             sealed=sealed,
+            starts=starts,
             segment_size=segment_size,
             policy=policy,
             report=report,
@@ -276,7 +291,7 @@ class Journal:
         pending_len = 0
         for frame in frames:
             at = self._offset + pending_len
-            if at > HEADER_SIZE and at + len(frame) > self.segment_size:
+            if at > self._starts[self._segment] and at + len(frame) > self.segment_size:
                 self._pwrite_locked(pending, pending_len)
                 pending, pending_len = [], 0
                 self._make_room_locked(len(frame))
@@ -316,6 +331,7 @@ class Journal:
             self._preallocate_locked()
         self._written = Position(self._segment, self._offset)
         self._records += len(pending)
+        self._seg_records += len(pending)
         self._bytes += length
 
     def _preallocate_locked(self) -> None:
@@ -345,8 +361,16 @@ class Journal:
         return True
 
     def _make_room_locked(self, size: int) -> None:
-        """Rotate to a new segment unless another thread did while we waited."""
-        while self._offset > HEADER_SIZE and self._offset + size > self.segment_size:
+        """Rotate to a new segment unless another thread did while we waited.
+
+        The active segment is trimmed and synced first; the next one starts with its seal,
+        written and synced with the new header (no sync of its own). A crash before that
+        sync leaves the new segment without a valid seal and record: it is taken for a
+        torn creation and removed on open, and the sealed one, whole, is written on.
+        """
+        while (
+            self._offset > self._starts[self._segment] and self._offset + size > self.segment_size
+        ):
             self._check_usable_locked()
             if self._syncing:
                 self._cond.wait()
@@ -356,8 +380,9 @@ class Journal:
                 self._sync_locked(hold_lock=True)
             # The next segment first: with no room for it (JournalFullError) the active one
             # stays open and in use, and records that still fit in it go on being written.
+            seal = Seal(self._segment, self._offset, self._seg_records)
             try:
-                fd = create_segment(self.directory, self._segment + 1)
+                fd = create_segment(self.directory, self._segment + 1, seal)
             except JournalFullError:
                 raise
             except OSError as exc:
@@ -367,8 +392,10 @@ class Journal:
             self._fd = fd
             self._sealed[self._segment] = self._offset
             self._segment += 1
-            self._offset = self._allocated = HEADER_SIZE
-            self._written = self._durable = Position(self._segment, HEADER_SIZE)
+            self._offset = self._allocated = HEADER_SIZE + SEAL_FRAME_SIZE
+            self._starts[self._segment] = self._offset
+            self._seg_records = 0
+            self._written = self._durable = Position(self._segment, self._offset)
 
     # -- syncing -------------------------------------------------------------------------
 
@@ -457,6 +484,7 @@ class Journal:
             numbers = sorted(n for n in self._sealed if n < position.segment)
             for number in numbers:
                 del self._sealed[number]
+                del self._starts[number]
         paths = [segment_path(self.directory, n) for n in numbers]
         remove_segments(paths, archive_dir)
         return paths
@@ -477,9 +505,11 @@ class Journal:
 
     @property
     def start_position(self) -> Position:
-        """Start of the oldest retained segment's records."""
+        """Start of the oldest retained segment's records (after its header and seal): a
+        log holds records when its position is past this."""
         with self._lock:
-            return Position(min(self._sealed, default=self._segment), HEADER_SIZE)
+            oldest = min(self._sealed, default=self._segment)
+            return Position(oldest, self._starts[oldest])
 
     @property
     def bytes_on_disk(self) -> int:

@@ -154,7 +154,8 @@ def test_damage_in_an_earlier_segment_is_corruption(tmp_path: Path) -> None:
         Journal.open(tmp_path, segment_size=SEGMENT)
     assert info.value.segment == first
     plan = repair(tmp_path, dry_run=False)
-    assert [(a.action, a.file) for a in plan.actions] == [("truncate", first.name)]
+    # Padded, not cut: the seal segment 2 starts with records segment 1's length.
+    assert [(a.action, a.file) for a in plan.actions] == [("pad", first.name)]
     assert plan.lost_records == 0 and plan.remove_files == []
     with Journal.open(tmp_path, segment_size=SEGMENT) as journal:  # later segments kept
         kept = ids_of(journal)
@@ -168,7 +169,8 @@ def test_gap_and_bad_header_are_corruption(tmp_path: Path) -> None:
         Journal.open(tmp_path, segment_size=SEGMENT)
     plan = repair(tmp_path, dry_run=False)
     assert [(a.action, a.file) for a in plan.actions] == [
-        ("create", segment_file(tmp_path, 2).name)
+        ("create", segment_file(tmp_path, 2).name),
+        ("fill", segment_file(tmp_path, 2).name),  # up to the length segment 3's seal says
     ]
     with Journal.open(tmp_path, segment_size=SEGMENT) as journal:  # the later ones stay
         assert journal.position == ends[-1]

@@ -24,7 +24,10 @@ def test_an_emptied_middle_segment_gets_its_header_back_and_the_later_ones_stay(
     with pytest.raises(JournalCorruptError, match="header"):
         Journal.open(tmp_path, segment_size=SEGMENT)
     plan = repair(tmp_path, dry_run=False)
-    assert [(a.action, a.file) for a in plan.actions] == [("header", emptied.name)]
+    assert [(a.action, a.file) for a in plan.actions] == [
+        ("header", emptied.name),
+        ("mark", emptied.name),  # padded up to the length segment 3's seal says
+    ]
     with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
         kept = ids_of(journal)
     assert len(kept) == len(ends) - lost and kept == sorted(kept)
@@ -63,9 +66,8 @@ def test_a_checkpoint_beyond_a_cut_segment_replays_from_the_next_one(tmp_path: P
     checkpoint = ends[last_of_2]  # a checkpoint taken when segment 2 was the active one
     flip(segment_file(tmp_path, 2), ends[last_of_2 - 1].offset + 20)  # its last record
     plan = repair(tmp_path, dry_run=False)
-    assert [(a.action, a.offset) for a in plan.actions] == [
-        ("truncate", ends[last_of_2 - 1].offset)
-    ]
+    # Padded up to its sealed end, not cut: the checkpoint is then that padding's end.
+    assert [(a.action, a.offset) for a in plan.actions] == [("pad", ends[last_of_2 - 1].offset)]
     with Journal.open(tmp_path, segment_size=SEGMENT) as journal:
         assert ids_of_after(journal, checkpoint) == list(range(last_of_2 + 1, len(ends)))
         with pytest.raises(JournalError, match="not a record boundary"):

@@ -27,7 +27,7 @@ from journal import (
     SyncPolicy,
     repair,
 )
-from journal.format import HEADER_SIZE
+from journal.format import HEADER_SIZE, SEAL_FRAME_SIZE, Seal
 
 SEGMENT = 8192
 
@@ -116,7 +116,8 @@ def test_release_deletes_or_archives_whole_segments_behind(tmp_path: Path) -> No
         removed = journal.release(mark, archive_dir=archive)
         assert [p.name for p in removed] == [f"{n:016d}.wal" for n in range(1, mark.segment)]
         assert sorted(p.name for p in archive.iterdir()) == [p.name for p in removed]
-        assert journal.start_position == Position(mark.segment, HEADER_SIZE)
+        # Past the seal of the segment before it, which the segment starts with.
+        assert journal.start_position == Position(mark.segment, HEADER_SIZE + SEAL_FRAME_SIZE)
         assert ids_of(journal, mark) == list(range(15, 30))
         with pytest.raises(JournalError, match="released"):
             list(journal.recover(ends[0]))
@@ -124,7 +125,7 @@ def test_release_deletes_or_archives_whole_segments_behind(tmp_path: Path) -> No
         assert journal.stats().segments == 1
         last = journal.append([add(99)])
     with Journal.open(directory, segment_size=SEGMENT) as journal:
-        assert journal.start_position == Position(last.segment, HEADER_SIZE)
+        assert journal.start_position == Position(last.segment, HEADER_SIZE + SEAL_FRAME_SIZE)
         remaining = ids_of(journal)
         assert remaining[-1] == 99 and min(remaining) >= 15
 
@@ -233,7 +234,8 @@ def test_stats(tmp_path: Path) -> None:
         # Sealed segments are trimmed; the active one has zeroed space preallocated ahead.
         sealed = sum(p.stat().st_size for p in sorted(tmp_path.glob("*.wal"))[:-1])
         used = sealed + journal.position.offset
-        assert stats.bytes_appended == used - HEADER_SIZE * stats.segments
+        seals = SEAL_FRAME_SIZE * (stats.segments - 1)  # every segment after the first has one
+        assert stats.bytes_appended == used - HEADER_SIZE * stats.segments - seals
         assert stats.to_dict()["position"] == str(stats.position)
         assert stats.sync_policy == "always"
 
@@ -268,7 +270,7 @@ def test_disk_full_at_rotation_keeps_writing_the_active_segment(
 ) -> None:
     real_create = writer_module.create_segment
 
-    def no_room(directory: Path, number: int) -> int:
+    def no_room(directory: Path, number: int, seal: Seal | None = None) -> int:
         raise JournalFullError(f"no space left to create journal segment {number}")
 
     journal = Journal.open(tmp_path, segment_size=SEGMENT)
