@@ -331,6 +331,7 @@ def claim_journal(settings: Settings) -> Iterator[None]:
     if not settings.journal:
         yield
         return
+    made = [d for d in (directory, *directory.parents) if not d.exists()]
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(directory / SERVE_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -356,8 +357,25 @@ def claim_journal(settings: Settings) -> Iterator[None]:
         finally:
             with suppress(OSError):  # no pid of a process that is gone for the next to read
                 os.ftruncate(fd, 0)
+            _unmake(made)
     finally:
         os.close(fd)
+
+
+def _unmake(made: list[Path]) -> None:
+    """Remove the directories a serve that never got to its journal made (deepest first)
+    with the lock files it left in them, so no empty data or journal directory is left to
+    pass for a store. A journal directory holding anything else stays."""
+    from journal.segments import LOCK_FILE_NAME
+
+    locks = {SERVE_LOCK_FILE, LOCK_FILE_NAME}
+    if not made or any(p.name not in locks for p in made[0].iterdir()):
+        return
+    with suppress(OSError):
+        for name in locks:
+            (made[0] / name).unlink(missing_ok=True)
+        for directory in made:
+            directory.rmdir()
 
 
 def _holder(fd: int) -> str:
