@@ -147,8 +147,9 @@ def build_session(
     """Get or create the SparkSession.
 
     ``master`` defaults to ``local[*]`` when run directly; under ``spark-submit`` it must
-    stay None (``--master``/``--jars`` decide), and :class:`JdbcJarMissingError` is
-    raised when they left out the PostgreSQL JDBC driver. ``fast_start`` trades peak JIT
+    stay None (``--master``/``--jars`` decide). :class:`JdbcJarMissingError` is raised
+    when the driver's JVM cannot load the PostgreSQL JDBC driver (left out of a submit, or
+    ``$MQSTORE_JDBC_JAR`` names another jar). ``fast_start`` trades peak JIT
     speed for a 2-3 s quicker JVM start (tests). ``conf`` adds or overrides settings.
     """
     builder = SparkSession.builder.appName(app_name)
@@ -173,9 +174,15 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if submitted and not jdbc_driver_loadable(spark):
+    if not jdbc_driver_loadable(spark):
         spark.stop()
-        raise _driver_missing_under_spark_submit()
+        if submitted:
+            raise _driver_missing_under_spark_submit()
+        raise JdbcJarMissingError(
+            f"the jar {settings.get('spark.jars')} holds no PostgreSQL JDBC driver "
+            f"({DRIVER_CLASS}): point {JAR_ENV} at a postgresql.jar, or unset it to use "
+            f"{DEBIAN_JAR} from Debian's libpostgresql-jdbc-java"
+        )
     return spark
 
 

@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import socket
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,7 @@ def _free_port() -> int:
         ("export", "corrupt-watermarks", "not JSON"),
         ("audit", "missing-jar", "'/nonexistent/pg.jar' from $MQSTORE_JDBC_JAR does not exist"),
         ("export", "jar-is-a-directory", "from $MQSTORE_JDBC_JAR is not a file: point"),
+        ("export", "jar-without-the-driver", "holds no PostgreSQL JDBC driver"),
         ("export", "empty-out", "--out is empty: give a directory"),
         ("audit", "empty-archive", "--archive is empty: give a directory"),
         ("audit", "out-under-a-file", "Not a directory: "),
@@ -267,12 +269,20 @@ def test_cli_mistakes_are_one_line_and_exit_1(
         out.mkdir()
         (out / "_watermarks.json").write_text('{"run_id": "2026')
     env = None
-    if case in ("missing-jar", "jar-is-a-directory"):
-        jar = "/nonexistent/pg.jar" if case == "missing-jar" else str(tmp_path)
+    if case in ("missing-jar", "jar-is-a-directory", "jar-without-the-driver"):
+        jar = {"missing-jar": "/nonexistent/pg.jar", "jar-is-a-directory": str(tmp_path)}.get(
+            case, str(tmp_path / "other.jar")
+        )
+        with zipfile.ZipFile(tmp_path / "other.jar", "w") as other:  # a jar, not the driver's
+            other.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
         env = {**os.environ, "MQSTORE_JDBC_JAR": jar}
     result = mqstore(job, *args, env=env)
     assert result.returncode == 1
-    line = _one_line(result.stderr)
+    if case == "jar-without-the-driver":  # the JVM started: its start-up lines come first
+        [line] = [x for x in result.stderr.splitlines() if x.startswith("error: ")]
+        assert "Traceback" not in result.stderr
+    else:
+        line = _one_line(result.stderr)
     assert line.startswith("error: ") and words in line
     assert not (out / "audit.json").exists()
 
