@@ -369,9 +369,11 @@ def _unmake(made: list[Path]) -> None:
     from journal.segments import LOCK_FILE_NAME
 
     locks = {SERVE_LOCK_FILE, LOCK_FILE_NAME}
-    if not made or any(p.name not in locks for p in made[0].iterdir()):
-        return
+    # An OSError (the directory gone or changed meanwhile) leaves things as they are: the
+    # error that ends the serve is the one to report.
     with suppress(OSError):
+        if not made or any(p.name not in locks for p in made[0].iterdir()):
+            return
         for name in locks:
             (made[0] / name).unlink(missing_ok=True)
         for directory in made:
