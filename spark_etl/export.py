@@ -309,18 +309,21 @@ def _new_messages(
     if prev is None:  # the last snapshot is gone: what the archive lacks is late
         archived = _archived_keys(spark, out / "messages")
         late = below if archived is None else match_rows(below, archived, "left_anti")
-        keys = {int(r["id"]) for r in late.select("id").collect()}
-        extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", sorted(keys))
-        return (main if extra is None else main.unionByName(extra.select(*main.columns))), new_mark
-    late = match_rows(below, prev, "left_anti")
-    keys = {int(r["id"]) for r in late.select("id").collect()}
-    last_run = _run_files(out / "messages", marks.get("run_id"))
-    if keys and last_run:
-        done = spark.read.parquet(*last_run).where(sf.col("id").isin(list(keys)))
-        late = match_rows(late, done, "left_anti")
-        keys = {int(r["id"]) for r in late.select("id").collect()}
+        keys = _ids(late)
+    else:
+        late = match_rows(below, prev, "left_anti")
+        keys = _ids(late)
+        last_run = _run_files(out / "messages", marks.get("run_id"))
+        if keys and last_run:
+            done = spark.read.parquet(*last_run).where(sf.col("id").isin(list(keys)))
+            keys = _ids(match_rows(late, done, "left_anti"))
     extra = fetch_late_rows(spark, src, "ACTIVEMQ_MSGS", "id", sorted(keys))
     return (main if extra is None else main.unionByName(extra.select(*main.columns))), new_mark
+
+
+def _ids(rows: DataFrame) -> set[int]:
+    """The IDs of ``rows`` (a few late ones: collected to the driver)."""
+    return {int(r["id"]) for r in rows.select("id").collect()}
 
 
 def _archived_keys(spark: SparkSession, messages: Path) -> DataFrame | None:
