@@ -242,19 +242,19 @@ def test_a_serve_that_cannot_reach_its_database_leaves_no_data_directory(tmp_pat
     """The journal directory is claimed first; a serve refused before it used the journal
     removes what it made, so no empty data directory is later taken for a store."""
     data_dir = tmp_path / "data"
-    result = subprocess.run(
-        [sys.executable, "-m", "mqstore", "serve", "--dsn", "postgresql://u@127.0.0.1:1/db",
-         "--data-dir", str(data_dir), "--stomp", "127.0.0.1:0"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+
+    def serve_unreachable() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mqstore", "serve", "--dsn", "postgresql://u@127.0.0.1:1/db",
+             "--data-dir", str(data_dir), "--stomp", "127.0.0.1:0"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    result = serve_unreachable()
     assert result.returncode == 2, result.stderr
     assert "cannot connect" in result.stderr, result.stderr
     assert not data_dir.exists()
     (data_dir / "journal").mkdir(parents=True)  # made before: it stays, and stays empty
-    again = subprocess.run(
-        [sys.executable, "-m", "mqstore", "serve", "--dsn", "postgresql://u@127.0.0.1:1/db",
-         "--data-dir", str(data_dir), "--stomp", "127.0.0.1:0"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    again = serve_unreachable()
     assert again.returncode == 2, again.stderr
     assert (data_dir / "journal").is_dir()
