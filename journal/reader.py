@@ -15,9 +15,26 @@ the middle look like one that runs on, and the records after it were acknowledge
 
 Anything else (a bad frame with valid-looking data after it, any bad frame in an earlier
 segment, a bad segment header, a gap in segment numbers, an earlier segment holding no
-record at all, a segment shorter than the seal the next segment starts with says it was)
-is corruption: acknowledged records may be affected, so
-:class:`~journal.errors.JournalCorruptError` is raised.
+record at all, a segment shorter than the seal the next segment starts with says it was,
+or longer: bytes past its sealed end, written after the writer moved on or by another copy
+of the file, are out of the log's order and are not replayed) is corruption: acknowledged
+records may be affected, so :class:`~journal.errors.JournalCorruptError` is raised.
+
+What seals cannot tell:
+
+* The newest segment is sealed by nothing, so records cut away from its end at a record
+  boundary go unnoticed, down to all of them: cut back to its header and seal, it is the
+  same bytes a crash leaves right after the writer made it (header and seal are synced,
+  then ``newest`` names it, before the record that did not fit in the segment before is
+  written), and it opens as an empty newest segment. Only a position stored elsewhere
+  shows such a loss: ``journal.store`` refuses a checkpoint position stored in the
+  database that lies past the end of the log (the journal is behind the database);
+  records acknowledged after the last checkpoint cannot be told lost.
+* A segment followed by one not flagged to carry its seal (as builds before seals wrote
+  every segment, and as repair creates its stand-ins) is sealed by nothing either: cut at
+  a record boundary, it goes unnoticed, as before seals. A segment of an earlier build
+  that this build wrote on and then moved on from is sealed by the one it made next.
+  Journals mixing such segments with sealed ones open and replay as a whole.
 """
 
 from __future__ import annotations
@@ -66,10 +83,13 @@ __all__ = [
     "SegmentScan",
     "check_header",
     "cut_short",
+    "next_seal",
+    "ran_on",
     "read_records",
     "read_seal",
     "recover_tail",
     "resync",
+    "runs_on",
     "scan_log",
     "unsealed",
 ]
@@ -206,6 +226,54 @@ def unsealed(view: memoryview) -> bool:
     if not header_flags(view) & FLAG_SEALS_PREVIOUS or read_seal(view) is not None:
         return False
     return resync(view, HEADER_SIZE) is None
+
+
+def next_seal(number: int, nxt: Path) -> Seal | None:
+    """The seal of segment ``number`` that ``nxt``, the segment file after it, starts with:
+    None when it has none (earlier builds, a stand-in), its header does not check out or
+    names another segment, or the file is gone (released)."""
+    try:
+        with open(nxt, "rb") as f:
+            view = memoryview(f.read(HEADER_SIZE + SEAL_FRAME_SIZE))
+    except FileNotFoundError:
+        return None
+    try:
+        if decode_header(view) != number + 1:
+            return None
+    except ValueError:
+        return None
+    seal = read_seal(view)
+    return seal if seal is not None and seal.segment == number else None
+
+
+def runs_on(view: memoryview, start: int, seal: Seal) -> int | None:
+    """Where a segment's bytes run on past the end its ``seal`` records: the start of the
+    first record from ``start`` that ends after it, else the sealed end itself; None when
+    the segment is no longer than its seal says."""
+    if len(view) <= seal.end:
+        return None
+    for frame in FrameWalker(view, start):
+        if frame.end > seal.end:
+            return frame.start
+    return seal.end
+
+
+def ran_on(number: int, path: Path, seal: Seal, at: int, view: memoryview) -> Damage:
+    """Damage of segment ``number`` (``path``, its bytes ``view``) holding bytes from ``at``
+    on past the end its ``seal`` records (see :func:`runs_on`): written after the writer
+    moved on to the next segment, or the file was replaced by another copy, so what they
+    hold is not in the log's order."""
+    found = sum(1 for f in FrameWalker(view, at) if f.record_type != RECORD_PADDING)
+    following = seal.segment + 1
+    reason = (
+        f"it runs on past its sealed end: the seal segment {following} starts with says it "
+        f"ended at offset {seal.end} after {seal.records} record(s), yet {len(view) - at} "
+        f"more bytes ({found} readable record(s)) follow from offset {at}. They were "
+        f"written after the writer had moved on to segment {following}, or the file was "
+        f"replaced by another copy: they are out of the log's order and are not replayed. "
+        f"Keep a copy of {path.name} if they may matter; repair cuts them off"
+    )
+    return Damage(number, path, at, len(view), reason, torn=False)
 
 
 def cut_short(seg: SegmentScan, seal: Seal) -> Damage | None:
@@ -355,16 +423,28 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
                 scan.unscanned = segments[i:]
                 break
             seg.end = Position(number, seg.data_start)
+            # The seal the next segment starts with bounds this one: nothing past it counts.
+            sealed = None if last else next_seal(number, segments[i + 1][1])
+            limit = sealed.end if sealed is not None and sealed.end < len(view) else None
+            overrun: int | None = None
             walker = FrameWalker(view, seg.data_start)
             for frame in walker:
+                if limit is not None and frame.end > limit:
+                    overrun = frame.start
+                    break
                 seg.records += 1
                 seg.last = Position(number, frame.start)
                 if seg.first is None:
                     seg.first = seg.last
                 if on_frame is not None:
                     on_frame(number, frame)
-            seg.end = Position(number, _end_of(walker, seg))
-            if walker.problem is not None:
+            if overrun is None and limit is not None:
+                at = _end_of(walker, seg)
+                overrun = at if at >= limit else None  # else damage before the sealed end
+            seg.end = Position(number, overrun if overrun is not None else _end_of(walker, seg))
+            if sealed is not None and overrun is not None:
+                seg.damage = ran_on(number, path, sealed, overrun, view)
+            elif walker.problem is not None:
                 offset, reason, torn = walker.problem
                 zeros = _all_zero(view[offset:])
                 torn = torn and last

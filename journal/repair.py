@@ -12,7 +12,10 @@ missing numbers, damage too short to pad) is the journal truncated and the later
 removed. A segment shorter than the seal the next one starts with says it was (cut at a
 record boundary: by a bad copy, a lost tail) is filled up to that length with a padding
 record, its records cut away reported lost; a stand-in for a missing segment is too, and a
-stretch with nothing readable after it in such a segment is padded up to it, not cut.
+stretch with nothing readable after it in such a segment is padded up to it, not cut. A
+segment longer than its seal records is cut back to its sealed end (to the start of the
+record that runs past it, then filled up to it): what was written after the writer moved
+on is not in the log's order; the records cut off are counted lost, by type.
 Zero bytes after the last record are the writer's preallocated space, no damage:
 ``Journal.open`` trims them.
 """
@@ -49,7 +52,9 @@ from journal.reader import (
     SegmentScan,
     check_header,
     cut_short,
+    ran_on,
     read_seal,
+    runs_on,
     unsealed,
 )
 from journal.records import decode_batch
@@ -125,7 +130,8 @@ class RepairPlan:
                 what = f"{'padded' if done else 'would pad'} {a.file} bytes {a.offset}..{a.end}"
                 lines.append(f"{what} ({a.reason}); the records after them are kept")
             elif a.action == TRUNCATE:
-                lines.append(f"{'truncated' if done else 'would truncate'} {a.file} at {a.offset}")
+                what = f"{'truncated' if done else 'would truncate'} {a.file} at {a.offset}"
+                lines.append(what if a.reason == p.reason else f"{what} ({a.reason})")
             elif a.action == HEADER:
                 lines.append(f"{'rewrote' if done else 'would rewrite'} the header of {a.file}")
             elif a.action == CREATE:
@@ -215,6 +221,15 @@ class _Planner:
                 if sealed is not None and not last:
                     self.fill(number, path, view, sealed)
                 return True
+        at = runs_on(view, start, sealed) if sealed is not None and sealed.end >= start else None
+        if sealed is not None and at is not None:
+            # Bytes past its sealed end are not in the log's order: cut off, their records
+            # reported lost; the segment is then repaired up to its sealed end.
+            reason = f"past its sealed end, {sealed.end}: out of the log's order"
+            if self.plan.problem is None:  # the first problem: the whole story
+                reason = ran_on(number, path, sealed, at, view).reason
+            self.cut(path, view, at, reason)
+            view, size = view[:at], at
         pos = start
         while True:
             offset, reason, torn, bad_end = _first_bad(view, pos)
