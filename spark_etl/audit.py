@@ -16,6 +16,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
+from mqstore.archive import has_identity, read_watermarks
+
 from .archive_guard import history_archive
 from .decode import with_decoded
 from .durable import write_atomically
@@ -224,7 +226,7 @@ def lock_status(lock: DataFrame, now_ms: int) -> dict[str, Any]:
 
 
 def history_per_hour(history: DataFrame) -> DataFrame:
-    """Removals per hour and outcome (from ``mqstore_history`` or the exported history)."""
+    """Removals per hour and outcome (from ``mqstore_history`` and/or the exported history)."""
     hour = sf.date_format(sf.timestamp_millis(sf.col("removed_at")), "yyyy-MM-dd HH:00")
     return history.groupBy(hour.alias("hour"), "outcome").count().orderBy("hour", "outcome")
 
@@ -303,9 +305,11 @@ def audit(
 ) -> dict[str, Any]:
     """Audit the store at ``dsn``; writes ``audit.json`` and ``audit.html`` into ``out_dir``.
 
-    History throughput comes from ``mqstore_history``, or for a plain ActiveMQ database
-    from the history of an export directory (``archive``, default ``out_dir``) of this
-    database and prefix (:func:`.archive_guard.history_archive`, else :class:`ArchiveError`).
+    History throughput comes from the history of an export directory (``archive``, default
+    ``out_dir``) of this database and prefix (:func:`.archive_guard.history_archive`, else
+    :class:`ArchiveError`) when there is one, plus the ``mqstore_history`` rows it has not
+    archived (by ``hist_id``): rows ``history trim --exported`` deleted are counted too.
+    Beside ``mqstore_history``, only an archive that names its database is counted.
     Returns the report; its ``violations`` list is non-empty when a threshold is crossed.
     """
     src = jdbc_source(dsn, prefix)
@@ -315,10 +319,20 @@ def audit(
     # No body is audited: dropping the text keeps each body out of the cached rows.
     msgs = with_decoded(read_msgs(spark, src), keep_msg=False).drop("text")
     history = None
+    named = False  # whether the archive names its database
+    columns = ("hist_id", "removed_at", "outcome")
+    if archived is not None and any((archived / "history").rglob("*.parquet")):
+        history = read_dataset(spark, archived / "history").select(*columns)
+        named = has_identity(read_watermarks(archived) or {})
     if table_exists(spark, src, "MQSTORE_HISTORY"):
-        history = read_table(spark, src, "MQSTORE_HISTORY").select("removed_at", "outcome")
-    elif archived is not None and any((archived / "history").rglob("*.parquet")):
-        history = read_dataset(spark, archived / "history").select("removed_at", "outcome")
+        table = read_table(spark, src, "MQSTORE_HISTORY").select(*columns)
+        # Archived rows count once (`history trim --exported` deletes them from the table);
+        # an archive that does not name its database (older builds) was never trimmed
+        # against, and may be another database's: the table alone then, as before.
+        if history is not None and named:
+            table = table.join(history.select("hist_id"), "hist_id", "left_anti")
+            table = history.unionByName(table)
+        history = table
     report = build_report(
         msgs,
         read_acks(spark, src),

@@ -459,7 +459,7 @@ def audit_command(
         typer.Option(
             "--archive",
             parser=_directory("--archive"),
-            help="export directory (history of plain ActiveMQ)",
+            help="export directory whose history is counted (trimmed or plain ActiveMQ history)",
         ),
     ] = None,
 ) -> None:
