@@ -21,6 +21,11 @@ from mqstore.schema import NAME_LENGTH, PREFIX_PATTERN
 
 log = logging.getLogger(__name__)
 
+#: The longest period a setting may give, 100 years: a longer one (or ``inf``) is no period
+#: a broker lives to see, and overflows the timers and epoch milliseconds it is turned into.
+_MAX_PERIOD_DAYS = 36_500
+_MAX_PERIOD_S = _MAX_PERIOD_DAYS * 86_400
+
 
 class Settings(BaseSettings):
     """Everything mqstore can be configured with.
@@ -29,7 +34,9 @@ class Settings(BaseSettings):
     and ``mqstore db`` do that; library users pass a DSN).
     """
 
-    model_config = SettingsConfigDict(env_prefix="MQSTORE_", extra="forbid", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="MQSTORE_", extra="forbid", env_ignore_empty=True, allow_inf_nan=False
+    )
 
     dsn: str | None = Field(default=None, description="PostgreSQL DSN (postgresql://...)")
     data_dir: Path = Field(
@@ -46,7 +53,9 @@ class Settings(BaseSettings):
     )
 
     prioritized_messages: bool = False
-    cleanup_interval_s: float = Field(default=60.0, ge=0, description="0 disables cleanup")
+    cleanup_interval_s: float = Field(
+        default=60.0, ge=0, le=_MAX_PERIOD_S, description="0 disables cleanup"
+    )
     cleanup_batch: int = Field(default=1000, gt=0)
     expiry_batch: int = Field(default=1000, gt=0)
     max_message_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
@@ -54,7 +63,10 @@ class Settings(BaseSettings):
     history: bool = Field(default=True, description="record each removal in MQSTORE_HISTORY")
     history_bodies: bool = Field(default=False, description="keep the MSG bytes in history")
     history_retention_days: float = Field(
-        default=0.0, ge=0, description="trim older history rows at each cleanup; 0 keeps all"
+        default=0.0,
+        ge=0,
+        le=_MAX_PERIOD_DAYS,
+        description="trim older history rows at each cleanup; 0 keeps all",
     )
 
     metrics_port: int | None = Field(
@@ -67,7 +79,10 @@ class Settings(BaseSettings):
         default=100, ge=0, description="open transactions per connection; 0: no limit"
     )
     destination_gc_s: float = Field(
-        default=60.0, ge=0, description="forget destinations idle this long; 0 keeps them"
+        default=60.0,
+        ge=0,
+        le=_MAX_PERIOD_S,
+        description="forget destinations idle this long; 0 keeps them",
     )
     metrics_host: str = Field(
         default="127.0.0.1", description="address /metrics listens on (0.0.0.0: every one)"
