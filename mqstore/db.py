@@ -29,6 +29,15 @@ class ByteaArray(list[bytes]):
 psycopg.adapters.register_dumper(ByteaArray, ListBinaryDumper)
 
 
+#: A DSN whose host and port do not parse, in words that do not echo it.
+_UNPARSABLE_HOST = (
+    "invalid DSN: its host and port do not parse (a forgotten @HOST after the password, an "
+    "'@' in the password, a port that is no number, an IPv6 host without its ']'); write "
+    "postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME and percent-encode '@', ':', '/', "
+    "'?' and '#' in the user or password, e.g. %40 for '@'"
+)
+
+
 def parse_dsn(dsn: str) -> URL:
     """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` DSNs."""
     if not dsn or "://" not in dsn:
@@ -49,12 +58,9 @@ def parse_dsn(dsn: str) -> URL:
         url = make_url(dsn)
         _ = url.port  # a non-number raises (here or in make_url)
     except (ArgumentError, ValueError):  # not echoed: without @HOST the "port" is the password
-        raise ConfigError(
-            "invalid DSN: its host and port do not parse (a forgotten @HOST after the "
-            "password, a port that is no number, an IPv6 host without its ']'); write "
-            "postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME and percent-encode '@', ':', "
-            "'/', '?' and '#' in the user or password, e.g. %40 for '@'"
-        ) from None
+        raise ConfigError(_UNPARSABLE_HOST) from None
+    if "@" in (url.host or ""):  # not echoed: a raw '@' in the password puts its rest here
+        raise ConfigError(_UNPARSABLE_HOST)
     return url.set(drivername="postgresql+psycopg")
 
 

@@ -1,5 +1,5 @@
 """An operator's mistakes the CLI must answer with one line and exit code 2, harming nothing:
-settings beyond any clock."""
+settings beyond any clock, a password with a raw '@'."""
 
 from __future__ import annotations
 
@@ -38,3 +38,11 @@ def test_a_period_setting_beyond_any_clock_is_refused(dsn: str, variable: str, v
     env = {**os.environ, variable: value}
     result = mqstore("history", "trim", "--dry-run", "--dsn", dsn, env=env)
     _one_line_error(result, variable)
+
+
+def test_an_unencoded_at_sign_in_the_password_is_not_shown() -> None:
+    """``p@ss`` parses as password ``p`` and host ``ss@127.0.0.1``: the error named that
+    host, and so showed the rest of the password."""
+    result = mqstore("lock", "status", "--dsn", "postgresql://mq:p@ss-secret@127.0.0.1:1/broker")
+    _one_line_error(result, "%40")
+    assert "ss-secret" not in result.stderr
