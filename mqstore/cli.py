@@ -570,6 +570,26 @@ JournalDirArg = Annotated[
 ]
 
 
+def _require_journal(directory: Path) -> None:
+    """Refuse a directory that holds no journal (no segment, id or ``newest`` file), such
+    as the data directory the journal is in: read, it looks like an empty, intact journal,
+    and a repair would leave its lock file there."""
+    from journal.segments import NEWEST_FILE_NAME, list_segments
+    from journal.support import ID_FILE
+
+    if list_segments(directory) or any(
+        (directory / name).exists() for name in (ID_FILE, NEWEST_FILE_NAME)
+    ):
+        return
+    inside = directory / "journal"
+    hint = (
+        f"; the journal is in {inside}"
+        if inside.is_dir()
+        else " (a broker's journal is DATA_DIR/journal, or where --journal-dir put it)"
+    )
+    raise ConfigError(f"{directory} holds no journal: no *.wal segment and no {ID_FILE}{hint}")
+
+
 @journal_app.command("inspect")
 def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
     """Segments, record counts by type, checkpoint position and any damage found."""
@@ -577,6 +597,7 @@ def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
     def body() -> None:
         from journal import JournalError, inspect
 
+        _require_journal(directory)
         try:
             report = inspect(directory)
         except JournalError as exc:
@@ -601,6 +622,7 @@ def journal_repair(
     def body() -> None:
         from journal import JournalError, repair
 
+        _require_journal(directory)
         try:
             plan = repair(directory, dry_run=True)
             console.print(plan.describe(), highlight=False, soft_wrap=True)

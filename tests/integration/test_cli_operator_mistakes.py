@@ -1,10 +1,12 @@
 """An operator's mistakes the CLI must answer with one line and exit code 2, harming nothing:
-settings beyond any clock, a password with a raw '@'."""
+settings beyond any clock, a password with a raw '@', a journal command pointed at the
+data directory instead of its journal."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,25 @@ def test_an_unencoded_at_sign_in_the_password_is_not_shown() -> None:
     result = mqstore("lock", "status", "--dsn", "postgresql://mq:p@ss-secret@127.0.0.1:1/broker")
     _one_line_error(result, "%40")
     assert "ss-secret" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["repair", "--dry-run"]])
+def test_a_journal_command_on_the_data_directory_names_its_journal(
+    tmp_path: Path, command: list[str]
+) -> None:
+    data = tmp_path / "mqstore-data"
+    (data / "journal").mkdir(parents=True)
+    (data / "journal" / "journal-id").write_text("3e3a8f0e-5c1e-4c57-9f6e-0a4f1c1b2d3e\n")
+    result = mqstore("journal", *command, str(data))
+    _one_line_error(result, f"{data / 'journal'}")
+    assert os.listdir(data) == ["journal"]  # no lock file left in it
+
+
+def test_journal_repair_of_a_directory_that_holds_no_journal_leaves_it_alone(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "notes.txt").write_text("not a journal\n")
+    result = mqstore("journal", "repair", str(tmp_path))
+    _one_line_error(result, "holds no journal")
+    assert "repaired" not in result.stdout
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
