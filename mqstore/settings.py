@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 #: a broker lives to see, and overflows the timers and epoch milliseconds it is turned into.
 _MAX_PERIOD_DAYS = 36_500
 _MAX_PERIOD_S = _MAX_PERIOD_DAYS * 86_400
+_MAX_PERIOD_MS = _MAX_PERIOD_S * 1000
 
 
 class Settings(BaseSettings):
@@ -46,10 +47,17 @@ class Settings(BaseSettings):
     broker_name: str = Field(default_factory=lambda: f"mqstore-{socket.gethostname()}")
 
     lock: Literal["lease", "row", "none"] = "lease"
-    lease_ms: int = Field(default=10_000, gt=0, description="ActiveMQ lockAcquireSleepInterval")
-    renew_ms: int = Field(default=5_000, gt=0, description="ActiveMQ lockKeepAlivePeriod")
+    lease_ms: int = Field(
+        default=10_000, gt=0, le=_MAX_PERIOD_MS, description="ActiveMQ lockAcquireSleepInterval"
+    )
+    renew_ms: int = Field(
+        default=5_000, gt=0, le=_MAX_PERIOD_MS, description="ActiveMQ lockKeepAlivePeriod"
+    )
     lock_max_clock_diff_ms: int = Field(
-        default=0, ge=0, description="ActiveMQ maxAllowableDiffFromDBTime; >0 uses the DB clock"
+        default=0,
+        ge=0,
+        le=_MAX_PERIOD_MS,
+        description="ActiveMQ maxAllowableDiffFromDBTime; >0 uses the DB clock",
     )
 
     prioritized_messages: bool = False
@@ -109,12 +117,14 @@ class Settings(BaseSettings):
     max_redeliveries: int = Field(
         default=6, ge=-1, description="then the dead-letter queue; -1: redeliver forever"
     )
-    redelivery_delay_ms: int = Field(default=1000, ge=0)
+    redelivery_delay_ms: int = Field(default=1000, ge=0, le=_MAX_PERIOD_MS)
     dlq_name: str = Field(default="ActiveMQ.DLQ", min_length=1)
     individual_dlq: bool = Field(
         default=False, description="a DLQ per destination (ActiveMQ.DLQ.Queue.NAME)"
     )
-    heartbeat_ms: int = Field(default=10_000, ge=0, description="STOMP heart-beat offered")
+    heartbeat_ms: int = Field(
+        default=10_000, ge=0, le=_MAX_PERIOD_MS, description="STOMP heart-beat offered"
+    )
     max_connections: int = Field(
         default=1000, ge=0, description="client connections served at once; 0: no limit"
     )
@@ -148,11 +158,13 @@ class Settings(BaseSettings):
     store_usage_mb: int = Field(default=0, ge=0, description="persistent producers wait above")
     store_full_wait_ms: int = Field(
         default=30_000,
+        le=_MAX_PERIOD_MS,
         description="how long a producer waits at the store usage limit before an ERROR; "
         "-1: as long as it takes, 0: refused at once",
     )
     memory_full_wait_ms: int = Field(
         default=-1,
+        le=_MAX_PERIOD_MS,
         description="how long a producer waits at a queue's or topic's high-water mark before "
         "an ERROR; -1: as long as it takes, 0: refused at once",
     )
@@ -161,7 +173,7 @@ class Settings(BaseSettings):
     journal_dir: Path | None = None
     journal_sync: str = "always"
     journal_segment_mb: int = Field(default=64, gt=0)
-    checkpoint_interval_ms: int = Field(default=1000, gt=0)
+    checkpoint_interval_ms: int = Field(default=1000, gt=0, le=_MAX_PERIOD_MS)
     checkpoint_max_pending_mb: int = Field(default=256, gt=0)
 
     @field_validator("table_prefix")

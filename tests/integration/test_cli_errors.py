@@ -154,6 +154,9 @@ def test_downgrade_refuses_while_a_broker_holds_the_lease(engine: Engine, dsn: s
         (["--log-level", "bogus"], {}, "--log-level must be one of"),
         ([], {"MQSTORE_JOURNAL_SYNC": "bogus"}, "invalid journal sync policy"),
         ([], {"MQSTORE_METRICS_PORT": "-1"}, "MQSTORE_METRICS_PORT: Input should be greater"),
+        # a lease past BIGINT's epoch milliseconds, a checkpoint timer past any clock
+        ([], {"MQSTORE_LEASE_MS": "1" + "0" * 20}, "MQSTORE_LEASE_MS: Input should be less"),
+        ([], {"MQSTORE_CHECKPOINT_INTERVAL_MS": "9" * 19}, "MQSTORE_CHECKPOINT_INTERVAL_MS"),
         (["--users-file", "/nonexistent/users.properties"], {}, "cannot read the users file"),
     ],
 )
