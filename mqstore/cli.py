@@ -41,6 +41,8 @@ _CONNECTION_LOST = (
     "session, or the network failed; run the command again"
 )
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: The largest count an option may give a SQL LIMIT (PostgreSQL's BIGINT).
+_BIGINT_MAX = 2**63 - 1
 console = Console()
 err_console = Console(stderr=True)
 
@@ -391,7 +393,9 @@ def browse(
     dsn: DsnOpt = None,
     table_prefix: PrefixOpt = None,
     data_dir: DataDirOpt = None,
-    limit: Annotated[int, typer.Option(min=1, help="at most this many messages")] = 100,
+    limit: Annotated[
+        int, typer.Option(min=1, max=_BIGINT_MAX, help="at most this many messages")
+    ] = 100,
     as_json: JsonOpt = False,
 ) -> None:
     """List a destination's stored messages, decoded, in delivery order."""
@@ -688,7 +692,9 @@ def history_trim(
         Path | None,
         typer.Option(help="trim only rows this `mqstore export --out` directory has archived"),
     ] = None,
-    batch: Annotated[int, typer.Option(min=1, help="rows deleted per transaction")] = 10_000,
+    batch: Annotated[
+        int, typer.Option(min=1, max=_BIGINT_MAX, help="rows deleted per transaction")
+    ] = 10_000,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="count, delete nothing")] = False,
 ) -> None:
     """Delete old history rows, in short transactions (safe beside a running broker)."""
@@ -713,6 +719,8 @@ def history_trim(
         if days > 0:
             bound = bound.narrowed(TrimBound.older_than(days))
         with open_database(settings) as database:
+            with database.engine.connect() as conn:  # a newer mqstore may mean other rows
+                migrate.require_head(conn, settings.table_prefix)
             if exported is not None:  # an export of this very database and prefix only
                 with database.engine.connect() as conn:
                     identity = database_identity(conn)

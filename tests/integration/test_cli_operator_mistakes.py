@@ -1,6 +1,7 @@
 """An operator's mistakes the CLI must answer with one line and exit code 2, harming nothing:
 settings beyond any clock, a password with a raw '@', a journal command pointed at the
-data directory instead of its journal."""
+data directory instead of its journal, a trim on a schema newer than this mqstore, a count
+beyond BIGINT."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
 
 from tests.integration.test_cli import mqstore
 
@@ -70,3 +73,51 @@ def test_journal_repair_of_a_directory_that_holds_no_journal_leaves_it_alone(
     _one_line_error(result, "holds no journal")
     assert "repaired" not in result.stdout
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+
+def _history_rows(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM mqstore_history")).scalar_one())
+
+
+def _old_history_row(engine: Engine) -> None:
+    with engine.begin() as conn:  # removed in 1970: any trim may take it
+        conn.execute(
+            sa.text(
+                "INSERT INTO mqstore_history (id, container, removed_at, outcome) "
+                "VALUES (1, 'queue://q', 1000, 'acked')"
+            )
+        )
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_history_trim_refuses_a_schema_newer_than_this_mqstore(
+    dsn: str, engine: Engine, dry_run: list[str]
+) -> None:
+    """A newer mqstore may have changed what history rows mean: trim refuses there, as
+    ``db downgrade`` and ``journal forget`` do, and deletes nothing."""
+    _old_history_row(engine)
+    with engine.begin() as conn:  # as a newer mqstore leaves it
+        conn.execute(sa.text("UPDATE mqstore_version SET version_num = '0099'"))
+    result = mqstore("history", "trim", "--older-than-days", "5", *dry_run, "--dsn", dsn)
+    _one_line_error(result, "revision 0099, newer than this mqstore knows")
+    assert _history_rows(engine) == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["history", "trim", "--older-than-days", "5"], "--batch"),
+        (["browse", "queue://q"], "--limit"),
+    ],
+)
+def test_a_count_beyond_bigint_is_a_usage_error(
+    dsn: str, engine: Engine, command: list[str], option: str
+) -> None:
+    """PostgreSQL's LIMIT takes a BIGINT: a larger count was a DataError traceback."""
+    _old_history_row(engine)
+    result = mqstore(*command, option, "99999999999999999999", "--dsn", dsn)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"Invalid value for '{option}'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "DataError" not in result.stderr
+    assert _history_rows(engine) == 1
