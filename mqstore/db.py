@@ -39,7 +39,9 @@ _UNPARSABLE_HOST = (
 
 
 def parse_dsn(dsn: str) -> URL:
-    """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` DSNs."""
+    """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` DSNs, without
+    the whitespace around them (a secret file's final newline, a pasted space)."""
+    dsn = dsn.strip()
     if not dsn or "://" not in dsn:
         raise ConfigError(  # not echoed: a keyword string ('host=... password=...') holds secrets
             "invalid DSN: expected a URL, postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME "

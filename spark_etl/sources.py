@@ -85,6 +85,7 @@ def jdbc_source(dsn: str, prefix: str = "", fetchsize: int = DEFAULT_FETCHSIZE) 
             f"invalid --table-prefix {prefix!r}: a table prefix is the start of an unquoted "
             "SQL name (letters, digits, '_' and '$', not first a digit or '$'), e.g. BRK1_"
         )
+    dsn = dsn.strip()  # as mqstore.db.parse_dsn: a secret file's final newline, a space
     scheme, sep, _ = dsn.partition("://")
     if not sep or scheme not in _SCHEMES:
         got = f"got scheme {scheme!r}" if sep else "got no URL"  # never echo 'password=...'

@@ -1,7 +1,7 @@
 """An operator's mistakes the CLI must answer with one line and exit code 2, harming nothing:
 settings beyond any clock, a password with a raw '@', a journal command pointed at the
 data directory instead of its journal, a trim on a schema newer than this mqstore, a count
-beyond BIGINT."""
+beyond BIGINT; and a DSN's surrounding whitespace, which is no part of it."""
 
 from __future__ import annotations
 
@@ -121,3 +121,17 @@ def test_a_count_beyond_bigint_is_a_usage_error(
     assert f"Invalid value for '{option}'" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "DataError" not in result.stderr
     assert _history_rows(engine) == 1
+
+
+@pytest.mark.parametrize("around", ["{}\n", "{} ", " {}", "\t{}\r\n"])
+@pytest.mark.parametrize("given", ["--dsn", "MQSTORE_DSN"])
+def test_whitespace_around_the_dsn_is_ignored(dsn: str, around: str, given: str) -> None:
+    """A DSN read from a secret file ends in a newline: it named a database "x\\n" (an error
+    cut at the newline), a trailing space one named "x "."""
+    value = around.format(dsn)
+    if given == "--dsn":
+        result = mqstore("lock", "status", "--dsn", value)
+    else:
+        result = mqstore("lock", "status", env={**os.environ, "MQSTORE_DSN": value})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("activemq_lock: "), result.stdout
