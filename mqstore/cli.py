@@ -220,8 +220,16 @@ def db_downgrade(
             )
         settings = _settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
-            migrate.downgrade(database.engine, settings.table_prefix, revision, force=force)
-        console.print(f"database downgraded to {revision}")
+            before, after = migrate.downgrade(
+                database.engine, settings.table_prefix, revision, force=force
+            )
+        if before == after:
+            console.print(
+                f"database is already at revision {after}: nothing was downgraded",
+                highlight=False,
+            )
+        else:
+            console.print(f"database downgraded to {revision}")
 
     _run(body)
 
@@ -630,7 +638,7 @@ def journal_repair(
         try:
             plan = repair(directory, dry_run=True)
             console.print(plan.describe(), highlight=False, soft_wrap=True)
-            if not dry_run:
+            if not dry_run and plan.problem is not None:  # an intact journal is left alone
                 repair(directory, dry_run=False)
                 console.print("repaired")
         except JournalError as exc:

@@ -132,9 +132,10 @@ def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
 
 def downgrade(
     engine: Engine, prefix: str = "", revision: str = "base", *, force: bool = False
-) -> None:
+) -> tuple[str | None, str | None]:
     """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table);
-    ``force`` goes ahead under a live master lease (never under a held row lock)."""
+    ``force`` goes ahead under a live master lease (never under a held row lock). Returns
+    the revisions before and after: equal when the database was at ``revision`` already."""
     with (
         database_errors("downgrade"),
         engine.begin() as conn,
@@ -142,7 +143,9 @@ def downgrade(
     ):
         lock_migrations(conn, prefix)
         refuse_downgrade(conn, prefix, lease_override=None if force else "--force")
+        before = current_revision(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
+        return before, current_revision(conn, prefix)
 
 
 def refuse_downgrade(
@@ -202,6 +205,13 @@ def require_head(conn: Connection, prefix: str = "") -> None:
         return
     if current is None:
         where = conn.execute(sa.text("SELECT current_schema()")).scalar()
+        msgs = build_schema(prefix).msgs.name
+        if msgs in _existing_tables(conn):  # `db upgrade` refuses these: it says adopt
+            raise SchemaVersionError(
+                f"database has no mqstore schema for prefix {prefix!r} in schema {where}, "
+                f"but table {msgs} is there: ActiveMQ made it; run `mqstore db adopt` to "
+                "take its tables over, keeping every row"
+            )
         raise SchemaVersionError(
             f"database has no mqstore schema for prefix {prefix!r} in schema {where}: run "
             "`mqstore db upgrade` (or `mqstore db adopt` if ActiveMQ created the tables), or "

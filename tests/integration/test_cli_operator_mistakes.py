@@ -1,7 +1,8 @@
 """An operator's mistakes the CLI must answer with one line and exit code 2, harming nothing:
 settings beyond any clock, a password with a raw '@', a journal command pointed at the
 data directory instead of its journal, a trim on a schema newer than this mqstore, a count
-beyond BIGINT; and a DSN's surrounding whitespace, which is no part of it."""
+beyond BIGINT; and what it must not say: a DSN's surrounding whitespace is no part of it,
+ActiveMQ's tables want ``db adopt``, a downgrade or repair that did nothing says so."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from journal import AddMessage, Journal
+from mqstore import migrate
 from tests.integration.test_cli import mqstore
 
 
@@ -135,3 +138,44 @@ def test_whitespace_around_the_dsn_is_ignored(dsn: str, around: str, given: str)
         result = mqstore("lock", "status", env={**os.environ, "MQSTORE_DSN": value})
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("activemq_lock: "), result.stdout
+
+
+def test_status_of_an_activemq_database_says_adopt(empty_dsn: str, activemq_engine: Engine) -> None:
+    """``db upgrade`` refuses ActiveMQ's tables: status and check lead with ``db adopt``."""
+    status = mqstore("db", "status", "--dsn", empty_dsn)
+    assert status.returncode == 0, status.stderr
+    last = status.stdout.splitlines()[-1]
+    assert "run `mqstore db adopt`" in last and "db upgrade" not in last, last
+    check = mqstore("db", "check", "--dsn", empty_dsn)
+    assert check.returncode == 1
+    assert "run `mqstore db adopt`" in check.stderr.splitlines()[0], check.stderr
+    assert mqstore("db", "upgrade", "--dsn", empty_dsn).returncode == 2  # as it says
+    assert mqstore("db", "adopt", "--dsn", empty_dsn).returncode == 0
+
+
+@pytest.mark.parametrize("target", ["head", migrate.head_revision()])
+def test_a_downgrade_to_where_the_database_is_says_nothing_was_downgraded(
+    dsn: str, engine: Engine, target: str
+) -> None:
+    head = migrate.head_revision()
+    result = mqstore("db", "downgrade", target, "--yes", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout.strip() == f"database is already at revision {head}: nothing was downgraded"
+    )
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn) == head
+    previous = migrate.known_revisions()[-2]
+    result = mqstore("db", "downgrade", previous, "--yes", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"database downgraded to {previous}"
+
+
+def test_journal_repair_of_an_intact_journal_only_says_so(tmp_path: Path) -> None:
+    with Journal.open(tmp_path) as journal:
+        journal.append([AddMessage(1, "queue://q", "ID:p:1:1", 1, 0, 4, b"body")])
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.wal")}
+    result = mqstore("journal", "repair", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"journal {tmp_path} is intact; nothing to repair"]
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.wal")} == before
