@@ -84,6 +84,7 @@ from mqstore.store.validation import (
     check_body,
     check_container,
     check_subscription,
+    check_topic,
     check_work,
 )
 
@@ -696,6 +697,7 @@ class JournaledStore(MergedReads):
         return Subscription(key, selector, sub_dest or key.container, start)
 
     def delete_subscription(self, key: SubscriptionKey) -> None:
+        check_topic(key.container)  # no subscription left on a queue is no topic to purge
         op = DeleteSubscription(key.container, key.client_id, key.sub_name)
         with self._subscribing:
             others = [s for s in self.subscriptions(key.container) if s.key != key]

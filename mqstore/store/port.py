@@ -101,7 +101,8 @@ class Store(Protocol):
         """All durable subscriptions, or those of one topic."""
 
     def delete_subscription(self, key: SubscriptionKey) -> None:
-        """Delete it; messages no remaining subscription needs are cleaned up."""
+        """Delete it; messages no remaining subscription needs are cleaned up.
+        InvalidMessageError (nothing deleted) unless its container is a topic."""
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
         """Advance LAST_ACKED_ID of subscriptions (per priority in prioritized mode)."""

@@ -21,7 +21,7 @@ from mqstore.store.model import (
     Subscription,
     SubscriptionKey,
 )
-from mqstore.store.validation import check_subscription
+from mqstore.store.validation import check_subscription, check_topic
 
 if TYPE_CHECKING:
     from mqstore.store.postgres import PostgresStore
@@ -133,6 +133,9 @@ class TopicOperations:
 
     def delete(self, key: SubscriptionKey) -> None:
         """Delete it; once a topic's last subscription is gone its messages go too."""
+        # Refused as add() refuses it: no subscription left on a queue's container would
+        # otherwise remove every message of that queue (and its virtual-topic marker row).
+        check_topic(key.container)
         store = self.store
         with store.transaction() as conn:
             self._hold_topic(conn, key.container)

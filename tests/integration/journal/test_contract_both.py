@@ -127,6 +127,21 @@ def test_duplicates_and_invalid_input(subject: Callable[..., Subject]) -> None:
     assert s.store.count(Q) == 1
 
 
+def test_deleting_a_subscription_of_a_queue_is_refused_and_keeps_its_messages(
+    subject: Callable[..., Subject],
+) -> None:
+    """No subscription left on a queue's container must not read as a topic nobody needs:
+    that removed every message of the queue."""
+    s = subject()
+    s.store.add([msg(Q, i) for i in range(3)])
+    s.settle()
+    with pytest.raises(InvalidMessageError, match="need a topic"):
+        s.store.delete_subscription(SubscriptionKey(Q, "client", "sub"))
+    s.settle()
+    assert s.store.count(Q) == 3
+    assert seqs(s.store.page(Q, None, 10)) == [0, 1, 2]
+
+
 def test_updates_and_acks_the_columns_cannot_hold_are_refused_and_change_nothing(
     subject: Callable[..., Subject],
 ) -> None:
