@@ -68,6 +68,9 @@ from mqstore.store.xa import XaOperations
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: SQLSTATE of a unique (or primary key) violation.
+UNIQUE_VIOLATION = "23505"
+
 
 #: Bytes of message bodies one statement carries at most. PostgreSQL refuses a protocol
 #: message (and an array value) of 1 GiB or more, and ends the connection; larger work
@@ -330,6 +333,11 @@ class PostgresStore:
                 # then roll back rather than commit beside the new master.
                 self.check_writable()
                 committing = True
+        except IntegrityError as exc:
+            mapped = self._write_failed(exc)
+            if mapped is exc:
+                raise
+            raise mapped from None
         except OperationalError as exc:
             unknown = committing and exc.connection_invalidated
             raise DatabaseUnavailableError(
@@ -455,6 +463,32 @@ class PostgresStore:
             )
         return exc
 
+    def _write_failed(self, exc: IntegrityError) -> Exception:
+        """:meth:`_duplicate`, or for a message ID already stored :meth:`_id_taken`. Called
+        once the write's connection is given back (the latter reads the table)."""
+        mapped = self._duplicate(exc)
+        table = getattr(getattr(exc.orig, "diag", None), "table_name", None)
+        if mapped is exc and sqlstate(exc) == UNIQUE_VIOLATION and table == self.schema.msgs.name:
+            return self._id_taken(exc)  # the primary key: MSGS has no other unique index
+        return mapped
+
+    def _id_taken(self, exc: IntegrityError) -> StoreError:
+        """The store error for a message ID already stored: another writer stored rows under
+        IDs this store hands out. The sequence resumes after the table's highest ID (as at
+        start), so the next write does not meet the same rows."""
+        try:
+            with self.engine.connect() as conn:
+                self.advance_sequence(int(conn.execute(self.sql.last_sequence).scalar_one()))
+        except Exception:  # the error below matters more than the resync
+            log.warning("could not resume the ID sequence after the table", exc_info=True)
+        detail = (str(exc.orig).strip().splitlines() or [""])[-1].strip()
+        return StoreError(
+            f"a message ID this store handed out is already stored in {self.schema.msgs.name} "
+            f"({detail}): another broker or program writes these tables beside this one (only "
+            "the master may write: check that every broker on them uses the same lock); "
+            "nothing was written"
+        )
+
     def delete_rows(
         self, conn: Connection, removals: Sequence[Removal], default: Outcome = Outcome.ACKNOWLEDGED
     ) -> int:
@@ -547,7 +581,7 @@ class PostgresStore:
             with _driver_refusals(self.engine, "nothing of the batch was written"):
                 row = self._commits.run(self._commit_statement(shape), params)
         except IntegrityError as exc:
-            raise self._duplicate(exc) from None
+            raise self._write_failed(exc) from None
         except OperationalError as exc:
             if session is not None and sqlstate(exc) == LOCK_NOT_AVAILABLE:
                 # The lock row's NOWAIT failed (or a lock_timeout set in the DSN ran out):
