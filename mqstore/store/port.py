@@ -118,7 +118,8 @@ class Store(Protocol):
 
     # -- XA --------------------------------------------------------------------------------
     def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
-        """Make a transaction's work durable but invisible; returns IDs of its adds."""
+        """Make a transaction's work durable but invisible; returns IDs of its adds. A batch
+        with no work is refused (TransactionError): such a branch is read-only (XA_RDONLY)."""
 
     def xa_commit(self, xid: Xid) -> None:
         """Make a prepared transaction's work visible (adds move to fresh IDs)."""

@@ -52,6 +52,14 @@ class XaOperations:
                 f"for ActiveMQ's XID column (at most {NAME_LENGTH} characters of base64); XA "
                 "allows 64 bytes each for the global transaction id and the branch qualifier"
             )
+        if not batch:
+            # Nothing would reach the tables: no commit, rollback or recovery (here, in
+            # another store instance, after a restart) could find the transaction.
+            raise TransactionError(
+                f"XA transaction {xid} has no work to prepare: nothing would be stored, so "
+                "no commit or rollback could find it; a branch without work is read-only "
+                "(answer XA_RDONLY, and do not commit it)"
+            )
         a = store.schema.acks
         with store.transaction() as conn:
             self._hold(conn, xid)
