@@ -80,18 +80,19 @@ def check_messages(messages: Sequence[NewMessage], max_bytes: int) -> int:
     total = 0
     for m in messages:
         check_container(m.container)
-        if not 0 <= m.priority <= 9:
-            raise InvalidMessageError(f"priority {m.priority} is outside 0..9 ({m.container})")
-        if m.expiration < 0:
-            raise InvalidMessageError(
-                f"expiration {m.expiration} is negative: use 0 for never, else epoch ms"
-            )
+        # Types first: a comparison of None or a string with a number is a bare TypeError.
+        if not isinstance(m.priority, int) or not 0 <= m.priority <= 9:
+            raise InvalidMessageError(f"priority {m.priority!r} is outside 0..9 ({m.container})")
         for what, value in (("expiration", m.expiration), ("producer sequence", m.msgid_seq)):
             if not isinstance(value, int) or not LONG_MIN <= value <= LONG_MAX:
                 raise InvalidMessageError(
                     f"{what} {value!r} is not an integer that fits a Java long (ActiveMQ's "
                     "BIGINT column)"
                 )
+        if m.expiration < 0:
+            raise InvalidMessageError(
+                f"expiration {m.expiration} is negative: use 0 for never, else epoch ms"
+            )
         if not m.msgid_prod or len(m.msgid_prod) > NAME_LENGTH:
             raise InvalidMessageError(
                 f"producer id must be 1..{NAME_LENGTH} characters, got {len(m.msgid_prod or '')}"
