@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from mqstore.broker.by_priority import IdsByPriority
 from mqstore.broker.messages import BrokerMessage, UnrenderableError
 from mqstore.broker.paging import LeftToPage, Window
-from mqstore.broker.subscriptions import Consumer, Delivery
+from mqstore.broker.subscriptions import Consumer, Delivery, delivery_order
 from mqstore.broker.writer import Op
 from mqstore.store.model import Ack, Cursor, Outcome, SubscriptionKey
 
@@ -326,10 +326,11 @@ class DurableSub:
         self.kick()
 
     def give_back(self, deliveries: list[Delivery]) -> None:
-        """Aborted acks: the subscriber gets the messages again (or the DLQ past the limit)."""
+        """Aborted acks: the subscriber gets the messages again, in the order they were first
+        delivered whatever the order of the acks (or the DLQ past the limit)."""
         policy = self.topic.broker.config.redelivery
         poison: list[BrokerMessage] = []
-        for d in reversed(deliveries):
+        for d in sorted(deliveries, key=delivery_order, reverse=True):
             d.consumer.settle(d)
             if d.consumer.closed or self.consumer is not d.consumer:
                 continue

@@ -82,6 +82,13 @@ class Delivery:
     consumer: Consumer
     token: str
     tx: str | None = None  # acked inside this transaction, awaiting COMMIT/ABORT
+    order: int = 0  # its place among the consumer's deliveries (1, 2, ...)
+
+
+def delivery_order(delivery: Delivery) -> int:
+    """Sort key: the order a consumer's deliveries were sent in (a transaction's acks may
+    name them in any order; an ABORT gives them back in this one)."""
+    return delivery.order
 
 
 @dataclass(eq=False)
@@ -128,7 +135,7 @@ class Consumer:
         self.delivered += 1
         if self.ack_mode == "auto":
             return None
-        delivery = Delivery(msg, self, token)
+        delivery = Delivery(msg, self, token, order=self.delivered)
         mid = headers[0][1]
         self.in_flight[mid] = delivery
         conn.register(token, delivery)

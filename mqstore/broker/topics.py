@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mqstore.broker.durable import DurableSub
 from mqstore.broker.flow import ProducerGate
 from mqstore.broker.messages import BrokerMessage
-from mqstore.broker.subscriptions import Consumer, Delivery
+from mqstore.broker.subscriptions import Consumer, Delivery, delivery_order
 from mqstore.broker.writer import Op
 from mqstore.store.model import Outcome, SubscriptionKey
 
@@ -184,10 +184,11 @@ class Topic:
         """Nothing to take back: non-durable subscribers' acks do no store work."""
 
     def give_back(self, deliveries: list[Delivery]) -> None:
-        """Aborted acks of a live subscriber: redeliver to it (DLQ past the limit)."""
+        """Aborted acks of a live subscriber: redeliver to it, in the order they were first
+        delivered whatever the order of the acks (DLQ past the limit)."""
         policy = self.broker.config.redelivery
         poison: list[BrokerMessage] = []
-        for d in reversed(deliveries):
+        for d in sorted(deliveries, key=delivery_order, reverse=True):
             d.consumer.settle(d)
             if d.consumer.closed:
                 continue
