@@ -121,7 +121,8 @@ class PendingState:
         self.acks: dict[tuple[SubscriptionKey, int], int] = {}
         self.elided: list[ElidedRow] = []
         self.elided_count = 0
-        self.max_id = 0
+        self.max_id = 0  # the highest ID applied: of messages, acks and subscription starts
+        self.max_message_id = 0  # the highest ID of a message added (removed since or not)
         self.pending_bytes = 0
         self.records = 0
         #: The adds a checkpoint in flight is writing: from its commit on they are also
@@ -150,6 +151,7 @@ class PendingState:
         new.elided = list(self.elided)
         new.elided_count = self.elided_count
         new.max_id = self.max_id
+        new.max_message_id = self.max_message_id
         new.pending_bytes = self.pending_bytes
         new.records = self.records
         return new
@@ -179,6 +181,9 @@ class PendingState:
                 removed += self._purge(container, outcome, now)
             elif type(op) is AddSubscription:
                 key = SubscriptionKey(op.container, op.client_id, op.sub_name)
+                # Acks journaled before it named no subscription: they matched no row.
+                for slot in [s for s in self.acks if s[0] == key]:
+                    del self.acks[slot]
                 self.subs_added[key] = PendingSub(
                     key, op.selector, op.sub_dest, op.last_acked_id, op.prioritized
                 )
@@ -211,6 +216,7 @@ class PendingState:
         if op.msgid_prod is not None and op.msgid_seq is not None:
             self.keys[(op.container, op.msgid_prod, op.msgid_seq)] = op.id
         self.max_id = max(self.max_id, op.id)
+        self.max_message_id = max(self.max_message_id, op.id)
         self.pending_bytes += len(op.msg) + ENTRY_OVERHEAD
 
     def _drop_add(self, msg: StoredMessage, outcome: Outcome, now: int) -> None:

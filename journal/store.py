@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -678,8 +678,8 @@ class JournaledStore(MergedReads):
             if existing is not None:
                 return existing
             with self._writing():
-                with self._lock:
-                    mem_top = self._state.max_id
+                with self._lock:  # the newest message: an ack's higher ID is no message
+                    mem_top = self._state.max_message_id
                 start = -1 if retroactive else max(self.db.max_id(), mem_top)
                 self._append(
                     [
@@ -758,6 +758,9 @@ class JournaledStore(MergedReads):
             purged = list(state.purged)
         bound = NO_BYTE_BOUND if max_bytes is None else max_bytes
         db, cut = self._expired_in_database(now_ms, limit, removed, purged, bound)
+        with self._lock:  # database rows carry the bodies the window rewrote, as reads do
+            updates = {m.id: state.updates[m.id][1] for m in db if m.id in state.updates}
+        db = [replace(m, msg=updates[m.id]) if m.id in updates else m for m in db]
         rows = sorted(mem + db, key=lambda m: (m.expiration, m.id))
         if cut and db:  # a database row left out may sort before a later memory add
             last = (db[-1].expiration, db[-1].id)
