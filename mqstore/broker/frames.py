@@ -113,6 +113,13 @@ class FrameParser:
         self._buf = bytearray()
         self.heartbeats = 0  # EOLs seen between frames (client heart-beats)
         self._error: FrameError | None = None  # met after frames still to be acted on
+        # The frame being read: where the search for the end of its headers (then for the
+        # NUL after its body) goes on, so bytes arriving in small pieces are each looked at
+        # once; its newlines so far and the last one; once its headers are read, they.
+        self._scan = 0
+        self._newlines = 0
+        self._last_nl = -1
+        self._head: tuple[str, dict[str, str], int, int | None] | None = None
 
     @property
     def failed(self) -> bool:
@@ -146,6 +153,36 @@ class FrameParser:
         return frames
 
     def _next(self) -> Frame | None:
+        if self._head is None:
+            self._head = self._read_head()
+            if self._head is None:
+                return None
+        buf = self._buf
+        command, headers, body_start, length = self._head
+        if length is not None:
+            if len(buf) < body_start + length + 1:
+                return None
+            if buf[body_start + length] != 0:
+                raise FrameError("frame body is not followed by NUL after content-length bytes")
+            end = body_start + length
+        else:
+            end = buf.find(b"\x00", max(body_start, self._scan))
+            if end == -1:
+                self._scan = len(buf)
+                return None
+            if end + 1 > self.limits.max_frame_size:
+                raise FrameError(
+                    f"frame larger than the limit of {self.limits.max_frame_size} bytes"
+                )
+        body = bytes(buf[body_start:end])
+        del buf[: end + 1]
+        self._head = None
+        self._scan, self._newlines, self._last_nl = 0, 0, -1
+        return Frame(command, headers, body)
+
+    def _read_head(self) -> tuple[str, dict[str, str], int, int | None] | None:
+        """The command, headers, body offset and content-length of the frame at the start of
+        the buffer, or None while its headers are incomplete."""
         buf = self._buf
         start = 0
         while start < len(buf) and buf[start] in (0x0A, 0x0D):
@@ -153,7 +190,10 @@ class FrameParser:
             self.heartbeats += 1
         if start:
             del buf[:start]
-        blank = _END_OF_HEADERS.search(buf)  # an EOL, then an empty line: each [CR] LF
+            self._scan, self._newlines, self._last_nl = 0, 0, -1
+        # An EOL, then an empty line: each [CR] LF. The 4 bytes before where the last search
+        # ended may begin one.
+        blank = _END_OF_HEADERS.search(buf, max(0, self._scan - 3))
         if blank is None:
             self._check_partial_head()
             return None
@@ -166,7 +206,10 @@ class FrameParser:
             raise FrameError(f"too many headers (limit {self.limits.max_headers})")
         headers = self._headers(command, lines[1:])
         length_text = headers.get("content-length")
+        length = None
         if length_text is not None:
+            # Spaces around the digits are trimmed, as ActiveMQ's StompWireFormat does.
+            length_text = length_text.strip(" \t")
             if not (length_text.isascii() and length_text.isdigit()):
                 raise FrameError(f"content-length must be a number of octets: {length_text[:40]!r}")
             # int() refuses over 4300 digits (ValueError): a length that long is too large anyway
@@ -176,33 +219,24 @@ class FrameParser:
                 raise FrameError(
                     f"frame larger than the limit of {self.limits.max_frame_size} bytes"
                 )
-            if len(buf) < body_start + length + 1:
-                return None
-            if buf[body_start + length] != 0:
-                raise FrameError("frame body is not followed by NUL after content-length bytes")
-            body = bytes(buf[body_start : body_start + length])
-            del buf[: body_start + length + 1]
-        else:
-            nul = buf.find(b"\x00", body_start)
-            if nul == -1:
-                return None
-            if nul + 1 > self.limits.max_frame_size:
-                raise FrameError(
-                    f"frame larger than the limit of {self.limits.max_frame_size} bytes"
-                )
-            body = bytes(buf[body_start:nul])
-            del buf[: nul + 1]
-        return Frame(command, headers, body)
+        self._scan = body_start
+        return command, headers, body_start, length
 
     def _check_partial_head(self) -> None:
+        """Limits on incomplete headers, looking only at the bytes not looked at yet."""
         buf = self._buf
-        if buf.find(b"\x00") != -1:
+        new = self._scan
+        self._scan = len(buf)
+        if buf.find(b"\x00", new) != -1:
             raise FrameError("malformed frame: NUL before the end of the headers")
-        last_nl = buf.rfind(b"\n")
-        tail = len(buf) - last_nl - 1
+        last_nl = buf.rfind(b"\n", new)
+        if last_nl != -1:
+            self._last_nl = last_nl
+        tail = len(buf) - self._last_nl - 1
         if tail > self.limits.max_header_length:
             raise FrameError(f"header line longer than {self.limits.max_header_length} bytes")
-        if buf.count(b"\n") > self.limits.max_headers + 1:
+        self._newlines += buf.count(b"\n", new)
+        if self._newlines > self.limits.max_headers + 1:
             raise FrameError(f"too many headers (limit {self.limits.max_headers})")
 
     def _headers(self, command: str, lines: list[bytes]) -> dict[str, str]:
