@@ -54,6 +54,10 @@ class DurableSub:
         #: sent, not acked: the redelivery counter it is sent again with (kept in memory:
         #: the row is shared by every subscription of the topic)
         self.delivered: dict[int, int] = {}
+        #: sent in this session and not settled: its place in the order of first sending (a
+        #: message put back goes in this order, whatever the order its settlement failed in)
+        self.sent: dict[int, int] = {}
+        self._sends = 0
         #: Bytes of non-persistent messages waiting in ``pending`` (only memory holds them,
         #: so the topic's producers wait while this passes the high-water mark).
         self.volatile_bytes = 0
@@ -94,6 +98,7 @@ class DurableSub:
         self.tracked = set(self.acked_pending)
         self.unacked.clear()
         self.waiting.clear()
+        self.sent.clear()
         self.cursor = None
         self.exhausted = False
         self._left.earliest = None
@@ -113,6 +118,7 @@ class DurableSub:
             self.topic.subscriber_drained()
             self.unacked.clear()
             self.waiting.clear()
+            self.sent.clear()
         self.topic.broker.metrics_changed()
 
     # -- arrivals ---------------------------------------------------------------------------
@@ -175,6 +181,8 @@ class DurableSub:
                 self.unacked[msg.store_id] = msg.store_priority
                 self.waiting.add(msg.store_id, msg.store_priority)
                 self.delivered[msg.store_id] = msg.redelivery_counter + 1
+                self._sends += 1
+                self.sent.setdefault(msg.store_id, self._sends)  # a redelivery keeps its place
             if msg.expired(now):
                 expired.append(msg)
                 continue
@@ -286,6 +294,9 @@ class DurableSub:
         marks = [(a.priority, a.message_id) for a in op.acks]
 
         def finish() -> None:
+            for m in stored:
+                assert m.store_id is not None
+                self.sent.pop(m.store_id, None)
             for prio, mark in marks:
                 self._confirmed[prio] = max(self._confirmed.get(prio, mark), mark)
                 self.last_acked[prio] = max(self.acked_upto(prio), mark)
@@ -302,6 +313,7 @@ class DurableSub:
         again."""
         for ident in ids:
             self.delivered.pop(ident, None)
+            self.sent.pop(ident, None)
 
     def removed(self, msgs: list[BrokerMessage]) -> None:
         """Nothing to do: :meth:`settle_work` already moved LAST_ACKED_ID."""
@@ -317,12 +329,17 @@ class DurableSub:
             self.acked_pending.discard(m.store_id)
         if self.consumer is None:
             return  # the next attach reads the subscription from the store again
-        for m in reversed(stored):
+        for m in stored:
             assert m.store_id is not None
             self.tracked.add(m.store_id)
             self.waiting.add(m.store_id, m.store_priority)
-            self.pending.appendleft(m)
             self.window.add(m)
+        # In the order they were sent, among those already put back ahead of the rest.
+        back = list(stored)
+        while self.pending and self.pending[0].store_id in self.sent:
+            back.append(self.pending.popleft())
+        back.sort(key=lambda m: self.sent.get(m.store_id or 0, 0))
+        self.pending.extendleft(reversed(back))
         self.kick()
 
     def give_back(self, deliveries: list[Delivery]) -> None:
