@@ -363,6 +363,23 @@ def _stored_at_last_run(
     return prev_snapshot.unionByName(after_snapshot)
 
 
+def _removed_before_adoption(
+    spark: SparkSession,
+    prev_snapshot: DataFrame,
+    snapshot: DataFrame,
+    hist: DataFrame,
+    out: Path,
+    marks: dict[str, Any],
+    now: int,
+) -> DataFrame:
+    """Removals the first run reading ``mqstore_history`` finds only by comparing snapshots:
+    the last run compared snapshots (plain ActiveMQ), and the messages ActiveMQ removed
+    before mqstore adopted the tables left no history row. Removals ``hist`` (this run's
+    ``mqstore_history`` rows) records are left out (on :data:`.history.ROW_KEY`)."""
+    stored = _stored_at_last_run(spark, prev_snapshot, out, marks)
+    return match_rows(derive_removals(stored, snapshot, now), hist, "left_anti")
+
+
 def _run_files(root: Path, run_id: str | None) -> list[str]:
     return [str(p) for p in _tagged_files(root, run_id)] if run_id else []
 
@@ -460,6 +477,10 @@ def _export_locked(
         if any((out / "history").rglob("*.parquet")):
             exported = spark.read.parquet(str(out / "history")).select("hist_id")
         hist, hist_mark = read_history(spark, src, hist_mark, exported, history_window)
+        if prev_snapshot is not None and marks.get("history_source") == "snapshot-diff":
+            hist = hist.unionByName(
+                _removed_before_adoption(spark, prev_snapshot, snapshot, hist, out, marks, now)
+            )
     else:
         source = "snapshot-diff"
         hist = None
