@@ -113,6 +113,11 @@ _shorten = sf.udf(partition_value, StringType(), useArrow=True)
 #: Epoch ms of the first and the last instant of the years 1 to 9999 (the dates that
 #: Python's ``datetime.date``, and so PySpark's and pandas' readers, can hold).
 _FIRST_DAY_MS, _LAST_DAY_MS = -62_135_596_800_000, 253_402_300_799_999
+#: ``ACTIVEMQ_MSGS`` as the JDBC reads give it (for an empty set of messages).
+_MSGS_SCHEMA = (
+    "id bigint, container string, msgid_prod string, msgid_seq bigint, expiration bigint, "
+    "msg binary, priority bigint, xid string"
+)
 #: Where :func:`export` logs what the user should know but that does not stop the run.
 log = logging.getLogger(__name__)
 
@@ -238,7 +243,8 @@ def history_rows(history: DataFrame, keep_msg: bool = True) -> DataFrame:
 
 
 def read_dataset(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame:
-    """An exported dataset (``messages`` or ``history``) with the full name in ``container``.
+    """An exported dataset (``messages`` or ``history``) with the full name in ``container``
+    and ``date`` typed date (Spark infers no type from null partitions alone).
 
     Files of format 1 have no ``container`` (their ``destination`` is the full name): the
     schemas are merged and ``container`` falls back to ``destination``. Files of a run
@@ -255,6 +261,8 @@ def read_dataset(spark: SparkSession, path: str | os.PathLike[str]) -> DataFrame
     full = sf.col(PARTITION_COLUMN)
     if "container" in df.columns:
         full = sf.coalesce(sf.col("container"), full)
+    if "date" in df.columns:  # void when every row is in the null partition (no timestamp)
+        df = df.withColumn("date", sf.col("date").cast("date"))
     return df.withColumn("container", full)
 
 
@@ -602,6 +610,8 @@ def current_messages(spark: SparkSession, out_dir: str | os.PathLike[str]) -> Da
             f"the last run's snapshot {snap_dir} is missing (deleted?): run mqstore export "
             f"into {out} once more to write a new one"
         )
+    if not any((out / "messages").rglob("*.parquet")):  # no message was ever exported
+        return message_rows(spark.createDataFrame([], _MSGS_SCHEMA))
     snap = spark.read.parquet(str(snap_dir))
     return match_rows(read_dataset(spark, out / "messages"), snap, "left_semi")
 
