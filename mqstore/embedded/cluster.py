@@ -48,7 +48,9 @@ class Postmaster:
 
 def serves(pid: int, pgdata: Path) -> bool:
     """Whether ``pid`` is alive and, where /proc tells, a postgres working in ``pgdata``
-    (a postmaster's working directory is its data directory)."""
+    (a postmaster's working directory is its data directory). The directories are compared,
+    not their paths: ``pgdata`` may be a symlink (a cluster moved to another disk), and the
+    kernel gives a process's working directory without symlinks."""
     if pid <= 0:
         return False
     try:
@@ -63,8 +65,15 @@ def serves(pid: int, pgdata: Path) -> bool:
     try:
         if (proc / "comm").read_text().strip() != "postgres":
             return False
-        return os.readlink(proc / "cwd") == str(pgdata)
+        cwd = os.stat(proc / "cwd")
     except FileNotFoundError:
         return False  # gone meanwhile
     except OSError:
         return True  # not ours to look at: trust kill(0)
+    try:
+        data = os.stat(pgdata)
+    except (FileNotFoundError, NotADirectoryError):
+        return False  # no data directory: nothing serves it
+    except OSError:
+        return True  # cannot tell: trust kill(0)
+    return (cwd.st_dev, cwd.st_ino) == (data.st_dev, data.st_ino)

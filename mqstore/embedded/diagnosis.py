@@ -39,7 +39,7 @@ def remedy(cause: str | None, pgdata: Path, logfile: Path | None) -> str:
         action = f"free disk space on the file system of {where} or give another --data-dir"
     elif "read-only file system" in text:
         action = "give a --data-dir on a writable file system"
-    elif "lock file" in text and "already exists" in text:
+    elif ("lock file" in text and "already exists" in text) or "still in use" in text:
         action = f"another PostgreSQL is running on {pgdata}: stop it first"
     elif "permission denied" in text or "wrong ownership" in text or "permissions" in text:
         action = f"give {pgdata} back to the user the server runs as (mode 0700)"

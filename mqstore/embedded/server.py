@@ -69,12 +69,7 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start (or attach to) the server and return a ``postgresql://`` DSN."""
-        # Unix socket paths are limited to about 100 bytes.
-        if len(str(self.data_dir)) > 90:
-            raise DatabaseUnavailableError(
-                f"data directory path {self.data_dir} is too long for PostgreSQL's socket; "
-                "use a shorter --data-dir (or MQSTORE_DATA_DIR)"
-            )
+        _check_path(self.data_dir)
         bin_dir = binaries_dir()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -342,6 +337,29 @@ def signals_held() -> Iterator[list[int]]:
             signal.signal(each, signal.SIG_DFL if handler is None else handler)
         for signum in dict.fromkeys(held):
             signal.raise_signal(signum)
+
+
+#: What PostgreSQL cannot take in the data directory's path: pg_ctl runs the server through
+#: ``/bin/sh -c`` with the path in double quotes; the server and libpq read the socket
+#: directory as a comma-separated list; a newline would split ``postmaster.pid``'s lines.
+_UNUSABLE_IN_PATH = ('"', "$", "`", "\\", ",", "\n")
+
+
+def _check_path(pgdata: Path) -> None:
+    """Refuse, before anything is made there, a data directory the server cannot run in."""
+    hint = f"use another --data-dir (or MQSTORE_DATA_DIR), {DSN_HINT}"
+    special = next((c for c in _UNUSABLE_IN_PATH if c in str(pgdata)), None)
+    if special is not None:
+        raise DatabaseUnavailableError(
+            f"data directory path {pgdata} contains {special!r}, which PostgreSQL cannot "
+            f"take in the path of its data and socket; {hint}"
+        )
+    # A Unix socket's path (pgdata/.s.PGSQL.PORT) is limited to 107 bytes.
+    if len(os.fsencode(pgdata)) > 90:
+        raise DatabaseUnavailableError(
+            f"data directory path {pgdata} is too long for PostgreSQL's socket (over 90 "
+            f"bytes); {hint}"
+        )
 
 
 def binaries_dir() -> Path:
