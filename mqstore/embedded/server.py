@@ -138,9 +138,12 @@ class EmbeddedPostgres:
         try:
             if self._account is not None:
                 os.chown(staging, self._account.uid, self._account.gid)
+            # The C locale, not the caller's: LANG/LC_* may name a locale this machine does
+            # not have (ssh passes them on), and then initdb refuses; the store sorts and
+            # compares no text by a language's rules.
             result = self._run(
                 bin_dir / "initdb", "-D", str(staging), "--auth=trust", "--auth-local=trust",
-                "--encoding=utf8", "-U", "postgres", timeout=300,
+                "--encoding=utf8", "--no-locale", "-U", "postgres", timeout=300,
             )  # fmt: skip
             if result.returncode != 0:
                 cause = first_error(result.stderr.splitlines() + result.stdout.splitlines())
