@@ -16,7 +16,8 @@ mqstore runs the steps itself (initdb, ``pg_ctl start``/``stop``) rather than th
 * **atomic initialisation.** initdb runs in a sibling ``pg.init-*`` directory, which is
   renamed to ``pg`` only once it is complete, so a kill or a full disk during the first
   start leaves nothing half-made. A ``pg`` without ``global/pg_control`` (left by an older
-  mqstore) holds no data yet and is made again.
+  mqstore) holds no data yet and is made again; an empty ``pg`` is refused (a disk that
+  should be mounted there is not).
 * **clear failures.** A failed start reports the server's own FATAL line and what to do.
 * **who stops the server.** Each process using the server holds a shared ``flock`` on
   ``<data_dir>/.pg-users`` (the kernel drops it when a process dies, even by SIGKILL); the
@@ -129,6 +130,14 @@ class EmbeddedPostgres:
         for stale in self.root.glob("pg.init-*"):  # left by a first start that was killed
             _terminate_users_of(stale)
             shutil.rmtree(stale, ignore_errors=True)
+        if self.data_dir.exists() and not any(self.data_dir.iterdir()):
+            # No initdb leaves it empty: a disk that should be mounted here (a cluster moved
+            # to it) is not. Made anew, the broker would start on an empty store.
+            raise DatabaseUnavailableError(
+                f"{self.data_dir} is an empty directory, not a PostgreSQL cluster: if a disk "
+                "holding the store is to be mounted there, mount it; to start a new store, "
+                "remove the directory"
+            )
         if self.data_dir.exists():  # half-made by an older mqstore's initdb: no data yet
             log.warning("%s was never completely initialised: making it again", self.data_dir)
             _terminate_users_of(self.data_dir)

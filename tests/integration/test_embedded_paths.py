@@ -73,3 +73,17 @@ def test_a_data_directory_path_the_server_cannot_use_is_refused_before_anything_
     assert said in lines[0] and "--data-dir" in lines[0], lines[0]
     assert not (data_dir / "pg").exists()
     assert not work.postgres_pids()
+
+
+def test_an_empty_pg_is_refused_not_made_into_a_new_store(work: Workdir) -> None:
+    """An empty ``pg`` is what a disk that should be mounted there leaves when it is not:
+    a new cluster in it would start the broker on an empty store, hiding the real one."""
+    work.pgdata.mkdir(parents=True)
+    result = work.run("db", "upgrade")
+    assert result.returncode == 2, result.stderr
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and "is an empty directory" in lines[0], result.stderr
+    assert "mount it" in lines[0] and "remove the directory" in lines[0], lines[0]
+    assert list(work.pgdata.iterdir()) == []
+    assert not list(work.pgdata.parent.glob("pg.init-*"))
+    assert not work.postgres_pids()
