@@ -130,6 +130,11 @@ class EmbeddedPostgres:
         for stale in self.root.glob("pg.init-*"):  # left by a first start that was killed
             _terminate_users_of(stale)
             shutil.rmtree(stale, ignore_errors=True)
+        if self.data_dir.is_symlink() and not self.data_dir.exists():
+            raise DatabaseUnavailableError(
+                f"{self.data_dir} is a symlink to {os.readlink(self.data_dir)}, which does "
+                "not exist: mount the disk the cluster is on, or fix the link"
+            )
         if self.data_dir.exists() and not any(self.data_dir.iterdir()):
             # No initdb leaves it empty: a disk that should be mounted here (a cluster moved
             # to it) is not. Made anew, the broker would start on an empty store.

@@ -87,3 +87,17 @@ def test_an_empty_pg_is_refused_not_made_into_a_new_store(work: Workdir) -> None
     assert list(work.pgdata.iterdir()) == []
     assert not list(work.pgdata.parent.glob("pg.init-*"))
     assert not work.postgres_pids()
+
+
+def test_a_pg_symlink_to_nothing_is_refused_and_left_alone(work: Workdir) -> None:
+    """A ``pg`` linked to a disk that is not mounted: one line naming the link's target."""
+    gone = work.path / "unmounted-disk" / "pg"
+    work.pgdata.parent.mkdir(parents=True, exist_ok=True)
+    work.pgdata.symlink_to(gone)
+    result = work.run("db", "upgrade")
+    assert result.returncode == 2, result.stderr
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and f"is a symlink to {gone}" in lines[0], result.stderr
+    assert work.pgdata.is_symlink() and not gone.exists()
+    assert not list(work.pgdata.parent.glob("pg.init-*"))
+    assert not work.postgres_pids()
