@@ -176,6 +176,13 @@ class Settings(BaseSettings):
     checkpoint_interval_ms: int = Field(default=1000, gt=0, le=_MAX_PERIOD_MS)
     checkpoint_max_pending_mb: int = Field(default=256, gt=0)
 
+    @field_validator("dsn")
+    @classmethod
+    def _blank_dsn_is_none(cls, value: str | None) -> str | None:
+        """A DSN of only whitespace (an empty secret file's newline) is no DSN: the
+        embedded store, as when it is unset."""
+        return value if value is None or value.strip() else None
+
     @field_validator("table_prefix")
     @classmethod
     def _check_prefix(cls, value: str) -> str:

@@ -179,3 +179,12 @@ def test_journal_repair_of_an_intact_journal_only_says_so(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"journal {tmp_path} is intact; nothing to repair"]
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.wal")} == before
+
+
+def test_a_dsn_of_only_whitespace_is_no_dsn(tmp_path: Path) -> None:
+    """An empty secret file's newline in ``MQSTORE_DSN``: the embedded store, as unset."""
+    data = ["--data-dir", str(tmp_path / "mqstore-data")]
+    unset = mqstore("stats", *data, env={k: v for k, v in os.environ.items() if k != "MQSTORE_DSN"})
+    blank = mqstore("stats", *data, env={**os.environ, "MQSTORE_DSN": " \n"})
+    assert blank.returncode == unset.returncode, (blank.stderr, unset.stderr)
+    assert blank.stderr == unset.stderr and "expected a URL" not in blank.stderr
