@@ -1,6 +1,7 @@
 """Checkpoint: the net effect of a :class:`PendingState` applied in one database transaction.
 
-Order inside the transaction: body updates of database rows, removals of database rows
+Order inside the transaction: body updates of database rows (also of rows removed after
+the update, so their history keeps the body they had), removals of database rows
 (history recorded by ``delete_rows``), purges, subscription deletes and inserts, durable
 acks (newest per subscription and priority), then topic elision (memory adds every
 subscription has acknowledged), the bulk insert of the surviving adds, history rows for
@@ -226,14 +227,16 @@ def apply_checkpoint(
     now = int(time.time() * 1000)
     elided = list(state.elided)
     elided_count = state.elided_count
-    deleted = 0
+    deleted = cleaned = 0
     with pg.transaction() as conn:  # the store's write transaction: checks the lock, maps DB errors
-        if state.updates:
+        # Rows removed too get their last body first: their history rows keep it.
+        bodies = {**state.removed_bodies, **state.updates}
+        if bodies:
             conn.execute(
                 sa.update(msgs)
                 .where(msgs.c.id == sa.bindparam("b_id"), msgs.c.container == sa.bindparam("b_c"))
                 .values(msg=sa.bindparam("b_msg")),
-                [{"b_id": i, "b_c": c, "b_msg": body} for i, (c, body) in state.updates.items()],
+                [{"b_id": i, "b_c": c, "b_msg": body} for i, (c, body) in bodies.items()],
             )
         removals = [Removal(c, i, out) for i, (c, out, _) in state.removed.items()]
         for start in range(0, len(removals), _CHUNK):

@@ -116,6 +116,9 @@ class PendingState:
         self.removed_in: dict[str, set[int]] = {}
         self.purged: dict[str, tuple[Outcome, int]] = {}
         self.updates: dict[int, tuple[str, bytes]] = {}
+        #: Bodies the window gave database rows it then removed (kept only for history
+        #: with bodies): the checkpoint writes them before the deletes record history.
+        self.removed_bodies: dict[int, tuple[str, bytes]] = {}
         self.subs_added: dict[SubscriptionKey, PendingSub] = {}
         self.subs_deleted: set[SubscriptionKey] = set()
         self.acks: dict[tuple[SubscriptionKey, int], int] = {}
@@ -145,6 +148,7 @@ class PendingState:
         new.removed_in = {c: set(ids) for c, ids in self.removed_in.items()}
         new.purged = dict(self.purged)
         new.updates = dict(self.updates)
+        new.removed_bodies = dict(self.removed_bodies)
         new.subs_added = dict(self.subs_added)
         new.subs_deleted = set(self.subs_deleted)
         new.acks = dict(self.acks)
@@ -252,7 +256,9 @@ class PendingState:
             elif i not in self.removed and container not in self.purged:
                 self.removed[i] = (container, outcome, now)
                 self.removed_in.setdefault(container, set()).add(i)
-                self.updates.pop(i, None)
+                body = self.updates.pop(i, None)
+                if body is not None and self.keep_history and self.keep_bodies:
+                    self.removed_bodies[i] = body
                 self.pending_bytes += 64
                 count += 1
         return count

@@ -46,6 +46,15 @@ class Subject:
         with self.engine.connect() as conn:
             return [(int(r[0]), str(r[1])) for r in conn.execute(stmt)]
 
+    def history_bodies(self) -> dict[int, bytes | None]:
+        """ID -> MSG of every history row, once everything reached the database."""
+        if isinstance(self.store, JournaledStore):
+            self.store.checkpoint()
+        h = build_schema("").history
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(h.c.id, h.c.msg)).all()
+        return {int(r[0]): None if r[1] is None else bytes(r[1]) for r in rows}
+
 
 @pytest.fixture(params=["postgres", "journaled", "checkpointed"])
 def subject(
@@ -143,6 +152,34 @@ def test_expired_messages_come_back_with_their_updated_bodies(
     s.settle()
     assert s.store.count(Q) == 0
     assert s.history() == [(ids[0], "expired"), (ids[1], "expired")]
+
+
+def test_history_keeps_the_body_a_message_had_when_it_was_removed(
+    subject: Callable[..., Subject],
+) -> None:
+    """With history bodies on, the history row of a message rewritten (a redelivery count,
+    say) and then acknowledged, expired or purged holds the rewritten body."""
+    s = subject(history=True, history_bodies=True)
+    stored = s.store.add([msg(Q, 1), msg(Q, 2, expiration=1000), msg(Q, 3), msg(Q, 4)])
+    if isinstance(s.store, JournaledStore):
+        s.store.checkpoint()  # rows in the database, rewritten and removed in the window
+    recent = s.store.add([msg(Q, 5)])
+    ids = stored + recent
+    for i in ids:
+        s.store.update(Q, i, b"rewritten-%d" % i)
+    s.settle()
+    s.store.update(Q, stored[3], b"rewritten again")
+    assert s.store.remove(Q, [stored[0], recent[0]]) == 2
+    assert [m.msg for m in s.store.expire(now_ms=5000, limit=10)] == [b"rewritten-%d" % stored[1]]
+    s.store.remove(Q, [stored[3]])
+    assert s.store.purge(Q) == 1
+    assert s.history_bodies() == {
+        stored[0]: b"rewritten-%d" % stored[0],
+        stored[1]: b"rewritten-%d" % stored[1],
+        stored[2]: b"rewritten-%d" % stored[2],
+        stored[3]: b"rewritten again",
+        recent[0]: b"rewritten-%d" % recent[0],
+    }
 
 
 def test_removal_counts_and_history_outcomes(subject: Callable[..., Subject]) -> None:
