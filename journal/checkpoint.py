@@ -46,6 +46,9 @@ class CheckpointResult:
 
     written: int
     elided: int
+    #: Of ``elided``: topic messages every subscription had acknowledged (what the plain
+    #: store's ``cleanup`` deletes as rows; see ``JournaledStore.cleanup``).
+    cleaned: int
     deleted: int
     acks: int
     millis: float
@@ -277,6 +280,7 @@ def apply_checkpoint(
             floor = floors.get((msg.container, msg.priority))
             if floor is not None and msg.id <= floor:
                 elided_count += 1
+                cleaned += 1
                 if pg.history:
                     kept = history_copy(msg, pg.history_bodies)
                     elided.append(ElidedRow(kept, Outcome.ACKNOWLEDGED, now))
@@ -290,6 +294,7 @@ def apply_checkpoint(
     return CheckpointResult(
         written=len(survivors),
         elided=elided_count,
+        cleaned=cleaned,
         deleted=deleted,
         acks=len(state.acks),
         millis=(time.perf_counter() - started) * 1000,

@@ -164,10 +164,24 @@ class JournaledStore(MergedReads):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._maintenance: threading.Thread | None = None
         self._started = False
         self._counters: dict[str, float] = dict.fromkeys(
-            ("added", "removed", "acked", "written", "elided", "checkpoints", "replayed"), 0.0
+            (
+                "added",
+                "removed",
+                "acked",
+                "cleaned",
+                "written",
+                "elided",
+                "checkpoints",
+                "replayed",
+            ),
+            0.0,
         )
+        #: Acknowledged topic messages checkpoints dropped since the last cleanup() counted
+        #: them (taken under ``_checkpointing``).
+        self._uncounted_cleaned = 0
         self._ckpt_ms: list[float] = []
         self._last_position = self._applied_end = Position(0, 0)
         self.db = DatabaseView(pg)
@@ -487,6 +501,7 @@ class JournaledStore(MergedReads):
         )
         self._counters["written"] += result.written
         self._counters["elided"] += result.elided
+        self._uncounted_cleaned += result.cleaned
         self._counters["checkpoints"] += 1
         self._ckpt_ms = [*self._ckpt_ms[-99:], result.millis]
         return result
@@ -654,13 +669,17 @@ class JournaledStore(MergedReads):
         check_container(container)
         return self._purge(container, Outcome.PURGED, [])
 
-    def _purge(self, container: str, outcome: Outcome, extra: list[Op]) -> int:
+    def _purge(
+        self, container: str, outcome: Outcome, extra: list[Op], counter: str = "removed"
+    ) -> int:
+        """Remove every message of ``container`` (journaling ``extra`` first, in the same
+        record), counted in ``counter``; returns how many there were."""
         with self._writing():
             before = self.count(container)
             self._append(
                 [*extra, PurgeDestination(encode_target(container, outcome, Outcome.PURGED))]
             )
-        self._counters["removed"] += before
+        self._counters[counter] += before
         return before
 
     # ------------------------------------------------------------------ durable topics
@@ -705,7 +724,7 @@ class JournaledStore(MergedReads):
                 with self._writing():
                     self._append([op])
             else:  # the last subscription gone: its topic's messages are needed by nobody
-                self._purge(key.container, Outcome.ACKNOWLEDGED, [op])
+                self._purge(key.container, Outcome.ACKNOWLEDGED, [op], counter="cleaned")
 
     def acknowledge(self, acks: Sequence[Ack]) -> None:
         self._write((), (), acks)
@@ -739,8 +758,20 @@ class JournaledStore(MergedReads):
 
     # ------------------------------------------------------------------ maintenance
     def cleanup(self) -> int:
-        """Checkpoint (eliding acknowledged topic messages), then clean the database."""
-        return self._through(self.pg.cleanup)
+        """Checkpoint (eliding acknowledged topic messages), then clean the database.
+
+        Returns how many topic messages every subscription acknowledged were removed since
+        the last call: those checkpoints dropped from the window (never written) plus the
+        rows deleted now, so the calls add up to what the plain store's cleanups delete.
+        """
+
+        def clean() -> int:
+            total = self._uncounted_cleaned + self.pg.cleanup()
+            self._uncounted_cleaned = 0
+            self._counters["cleaned"] += total
+            return total
+
+        return self._through(clean)
 
     def expire(
         self,

@@ -233,6 +233,48 @@ def test_deleting_subscriptions_while_messages_are_pending(
     assert {i: o for i, o in s.history()} == dict.fromkeys(ids, "acknowledged")
 
 
+def test_cleanup_counts_each_acknowledged_topic_message_it_removed_once(
+    subject: Callable[..., Subject],
+) -> None:
+    """cleanup() returns how many topic messages every subscription acknowledged were
+    removed since the last call (the journaled store drops some at its checkpoints), and
+    the ``cleaned`` counter adds them up."""
+    s = subject(history=True)
+    a, b = SubscriptionKey(T, "c", "a"), SubscriptionKey(T, "c", "b")
+    s.store.add_subscription(a)
+    s.store.add_subscription(b)
+    ids = s.store.add([msg(T, i) for i in range(5)])
+    s.settle()
+    s.store.acknowledge([Ack(a, ids[3]), Ack(b, ids[2])])
+    assert s.store.cleanup() == 3
+    assert s.store.cleanup() == 0
+    more = s.store.add([msg(T, i) for i in range(5, 8)])
+    s.store.acknowledge([Ack(a, more[2]), Ack(b, more[1])])
+    s.settle()
+    assert s.store.cleanup() == 4
+    assert s.store.count(T) == 1
+    assert s.store.stats().counters["cleaned"] == 7
+    assert dict(s.history()) == dict.fromkeys([*ids, *more[:2]], "acknowledged")
+
+
+def test_messages_of_a_topic_whose_last_subscription_is_deleted_count_as_cleaned(
+    subject: Callable[..., Subject],
+) -> None:
+    """Deleting a topic's last subscription removes its messages: the ``cleaned`` counter
+    counts them, the ``removed`` counter (consumers' removals) does not."""
+    s = subject()
+    a = SubscriptionKey(T, "c", "a")
+    s.store.add_subscription(a)
+    s.store.add([msg(T, i) for i in range(3)])
+    s.settle()
+    s.store.add([msg(T, 3)])
+    s.store.delete_subscription(a)
+    s.settle()
+    assert s.store.count(T) == 0
+    counters = s.store.stats().counters
+    assert (counters["cleaned"], counters["removed"]) == (4, 0)
+
+
 def test_prioritized_acks_are_per_priority(subject: Callable[..., Subject]) -> None:
     s = subject(prioritized=True)
     key = SubscriptionKey(T, "c", "p")
