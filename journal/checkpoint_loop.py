@@ -1,5 +1,6 @@
-"""The checkpoint thread of a journaled store: when to checkpoint, and what to do when the
-database or the master lock is not there."""
+"""The background threads of a journaled store: the checkpoint thread (when to checkpoint,
+and what to do when the database or the master lock is not there) and the maintenance
+thread (topic cleanup and history trim)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from mqstore.errors import DatabaseUnavailableError, LockLostError
 if TYPE_CHECKING:
     from journal.store import JournaledStore
 
-__all__ = ["run_checkpoints"]
+__all__ = ["run_checkpoints", "run_maintenance"]
 
 log = logging.getLogger("journal.store")
 
@@ -63,3 +64,12 @@ def run_checkpoints(
         except Exception:  # keep checkpointing; the state stays until one succeeds
             log.exception("journal checkpoint failed; retrying")
             stopping.wait(min(1.0, store.checkpoint_interval_s))
+
+
+def run_maintenance(store: JournaledStore, every_s: float, stopping: threading.Event) -> None:
+    """Every ``every_s`` until ``stopping``: the database store's maintenance with
+    ``store.cleanup()``. It stands in for the database store's own thread, whose cleanup
+    would not see the window: a retroactive subscription only journaled yet would lose the
+    messages the other subscriptions acknowledged."""
+    while not stopping.wait(every_s):
+        store.pg.maintain(store.cleanup)

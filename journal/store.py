@@ -28,7 +28,7 @@ from journal.checkpoint import (
     position_after_failure,
     settled_position,
 )
-from journal.checkpoint_loop import run_checkpoints
+from journal.checkpoint_loop import run_checkpoints, run_maintenance
 from journal.errors import JournalError, JournalPositionError
 from journal.format import Position
 from journal.merge import DatabaseView
@@ -120,6 +120,8 @@ class JournaledStore(MergedReads):
 
     ``pg`` may be started or not; :meth:`start` starts it. ``shared_lock`` must say whether
     other brokers may share the tables (lease or row lock): that combination is refused.
+    The periodic cleanup of a ``pg`` not started yet (``cleanup_interval_s``) is taken over:
+    it runs :meth:`cleanup`, which checkpoints before it deletes.
     """
 
     def __init__(
@@ -154,6 +156,9 @@ class JournaledStore(MergedReads):
         self.journal_max_bytes = journal_max_bytes
         self.archive_dir = Path(archive_dir) if archive_dir is not None else None
         self.broker_name = broker_name
+        self.maintenance_interval_s = 0.0 if pg.started else pg.cleanup_interval_s
+        if not pg.started:
+            pg.cleanup_interval_s = 0  # its thread would clean the database past the window
         self.journal_id = ""
         self._journal: Journal | None = None
         self._lock = threading.Lock()
@@ -252,6 +257,14 @@ class JournaledStore(MergedReads):
             daemon=True,
         )
         self._thread.start()
+        if self.maintenance_interval_s > 0:
+            self._maintenance = threading.Thread(
+                target=run_maintenance,
+                args=(self, self.maintenance_interval_s, self._stopping),
+                name="mqstore-cleanup",
+                daemon=True,
+            )
+            self._maintenance.start()
 
     @property
     def _owner(self) -> str:
@@ -330,9 +343,11 @@ class JournaledStore(MergedReads):
             return
         self._stopping.set()
         self._wake.set()
+        if self._maintenance is not None:
+            self._maintenance.join(timeout=30)
         if self._thread is not None:
             self._thread.join(timeout=30)
-        stuck = self._thread is not None and self._thread.is_alive()
+        stuck = any(t is not None and t.is_alive() for t in (self._thread, self._maintenance))
         try:
             if checkpoint and stuck:
                 log.warning(

@@ -272,9 +272,15 @@ class PostgresStore:
             self.on_lock_lost()
 
     def _periodic_cleanup(self) -> None:
+        self.maintain(self.cleanup)
+
+    def maintain(self, cleanup: Callable[[], int]) -> None:
+        """One run of the periodic maintenance, on the master only: ``cleanup`` (this
+        store's :meth:`cleanup`, or that of a store in front of it) and the history trim.
+        Failures are logged; the next run retries."""
         try:
             if self.locker.is_held():
-                self.cleanup()
+                cleanup()
         except Exception:  # keep the timer alive; the next run retries
             log.exception("topic cleanup failed")
         try:

@@ -20,11 +20,20 @@ JournaledFactory = Callable[..., JournaledStore]
 def make_journaled(engine: Engine, tmp_path: Path) -> Iterator[JournaledFactory]:
     """Build and start a JournaledStore; pg options and journal options by keyword."""
     stores: list[JournaledStore] = []
-    pg_keys = {"prioritized", "history", "history_bodies", "max_message_bytes", "prefix"}
+    pg_keys = {
+        "prioritized",
+        "history",
+        "history_bodies",
+        "history_retention_days",
+        "max_message_bytes",
+        "prefix",
+        "cleanup_interval_s",
+    }
 
     def make(directory: Path | None = None, **kwargs: object) -> JournaledStore:
         pg_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in pg_keys}
-        pg = PostgresStore(engine, cleanup_interval_s=0, **pg_kwargs)  # type: ignore[arg-type]
+        pg_kwargs.setdefault("cleanup_interval_s", 0)
+        pg = PostgresStore(engine, **pg_kwargs)  # type: ignore[arg-type]
         kwargs.setdefault("checkpoint_interval_ms", 3_600_000)
         kwargs.setdefault("shared_lock", False)
         store = JournaledStore(pg, directory or tmp_path / "journal", **kwargs)  # type: ignore[arg-type]
