@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from mqstore.db import LOCK_NOT_AVAILABLE, describe_connect_error, sqlstate
 from mqstore.errors import LockError, LockLostError
@@ -61,17 +61,22 @@ class RowLocker:
         row = sa.select(lock).where(lock.c.id == 1)
         retries, url = RetryWarnings(log), self.engine.url
         while not stop.is_set():
-            conn = self.engine.connect()
+            conn: Connection | None = None
             try:
+                # a database that refuses connections (restarting, say) is retried like any
+                # other failure, as ActiveMQ's locker does: a standby never gives up on it
+                conn = self.engine.connect()
                 conn.execute(sa.text(f"SET lock_timeout = {int(self.poll_ms)}"))
                 if conn.execute(row.with_for_update(key_share=True)).first() is None:
                     conn.close()
                     raise LockError(f"{lock.name} has no row ID=1: run `mqstore db upgrade`")
                 taken = self._wait_for_writes(conn, row, stop)
-            except DBAPIError as exc:
-                conn.rollback()
-                conn.close()
-                if sqlstate(exc) != LOCK_NOT_AVAILABLE:
+            except SQLAlchemyError as exc:
+                if conn is not None:
+                    with contextlib.suppress(SQLAlchemyError):
+                        conn.rollback()
+                    conn.close()
+                if not isinstance(exc, DBAPIError) or sqlstate(exc) != LOCK_NOT_AVAILABLE:
                     retries.failed("row lock attempt failed", describe_connect_error(exc, url))
                     stop.wait(self.poll_ms / 1000)
                 continue
