@@ -9,7 +9,7 @@ holds the lock row or the master lease; ``-x force=true`` goes ahead under a sta
 (``<prefix>mqstore_version``), so several brokers' tables can live in one schema; an
 ``alembic upgrade`` that makes a prefix's first tables beside another's says so on stderr.
 PostgreSQL's refusals a user can fix (no rights, a read-only database) end a run with the one
-line ``mqstore db upgrade`` prints for them.
+line ``mqstore db upgrade`` prints for them, and so does a database a newer mqstore migrated.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 
 from alembic import context
+from alembic.util.exc import CommandError
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -100,7 +101,7 @@ def _note_new_prefix(connection: Connection, prefix: str, beside: list[str]) -> 
 
 def _run(connection: Connection, *, from_cli: bool) -> None:
     from mqstore.errors import SchemaError
-    from mqstore.migrate import prefixes_beside, refuse_unmanaged_tables
+    from mqstore.migrate import newer_schema_error, prefixes_beside, refuse_unmanaged_tables
     from mqstore.migration_guards import lock_migrations
 
     checks: dict[str, Callable[[Connection, str], None]] = {
@@ -124,6 +125,11 @@ def _run(connection: Connection, *, from_cli: bool) -> None:
             if not from_cli:
                 raise
             sys.exit(str(exc))
+        except CommandError:  # Alembic's "Can't locate revision" names no fix
+            newer = newer_schema_error(connection, _prefix()) if from_cli else None
+            if newer is not None:
+                sys.exit(str(newer))
+            raise
         _note_new_prefix(connection, _prefix(), beside)
 
 

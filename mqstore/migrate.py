@@ -182,16 +182,25 @@ def _revision_errors(conn: Connection, prefix: str, target: str) -> Iterator[Non
     try:
         yield
     except CommandError as exc:
-        current = current_revision(conn, prefix)
-        known = known_revisions()
-        if current is not None and current not in known:
-            raise SchemaVersionError(
-                f"database schema is at revision {current}, newer than this mqstore knows "
-                f"(head {head_revision()}): upgrade mqstore"
-            ) from None
+        newer = newer_schema_error(conn, prefix)
+        if newer is not None:
+            raise newer from None
         raise SchemaVersionError(
-            f"cannot migrate to {target!r}: {exc}; revisions: {', '.join(known)}, `head` or `base`"
+            f"cannot migrate to {target!r}: {exc}; revisions: {', '.join(known_revisions())}, "
+            "`head` or `base`"
         ) from None
+
+
+def newer_schema_error(conn: Connection, prefix: str = "") -> SchemaVersionError | None:
+    """The refusal of a database a newer mqstore migrated (at a revision this one does not
+    ship), or None."""
+    current = current_revision(conn, prefix)
+    if current is None or current in known_revisions():
+        return None
+    return SchemaVersionError(
+        f"database schema is at revision {current}, newer than this mqstore knows "
+        f"(head {head_revision()}): upgrade mqstore"
+    )
 
 
 def require_head(conn: Connection, prefix: str = "") -> None:
