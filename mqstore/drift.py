@@ -50,6 +50,22 @@ def _declared_indexes(table: sa.Table) -> dict[str, tuple[tuple[str, ...], bool,
     return out
 
 
+def _index_state(table: sa.Table, name: str, options: dict[str, object]) -> list[str]:
+    """What reflection shows beside an index's columns: its access method, and whether
+    PostgreSQL uses it at all (a failed concurrent build leaves it invalid, and unused)."""
+    declared = next(i for i in table.indexes if i.name == name)
+    want = declared.dialect_options["postgresql"].get("using") or "btree"
+    got = options.get("postgresql_using") or "btree"
+    out = [] if got == want else [f"index {name} on {table.name} uses {got}, expected {want}"]
+    if options.get("postgresql_invalid"):
+        out.append(
+            f"index {name} on {table.name} is invalid (a CREATE INDEX CONCURRENTLY or REINDEX "
+            f"that failed): PostgreSQL does not use it; remove what made it fail, then "
+            f"REINDEX INDEX {name}"
+        )
+    return out
+
+
 def schema_differences(conn: Connection, prefix: str = "") -> list[str]:
     """Every way the database differs from the declared schema (empty when it matches)."""
     schema = build_schema(prefix)
@@ -90,24 +106,29 @@ def schema_differences(conn: Connection, prefix: str = "") -> list[str]:
                 f"{table.name} primary key is {pk.get('name')}{got_pk}"
                 f", expected {table.primary_key.name}{tuple(want_pk)}"
             )
+        reflected = inspector.get_indexes(table.name)
         actual_idx = {
             str(i["name"]): (
                 tuple(_norm_expr(str(c)) for c in (i.get("expressions") or i["column_names"])),
                 bool(i["unique"]),
                 _norm_where(i.get("dialect_options", {}).get("postgresql_where")),
             )
-            for i in inspector.get_indexes(table.name)
+            for i in reflected
         }
+        options = {str(i["name"]): dict(i.get("dialect_options", {})) for i in reflected}
         for name, want in _declared_indexes(table).items():
             got_idx = actual_idx.pop(name, None)
             if got_idx is None:
                 problems.append(f"index {name} on {table.name} is missing")
-            elif got_idx != want:
+                continue
+            if got_idx != want:
                 problems.append(f"index {name} on {table.name} is {got_idx}, expected {want}")
+            problems.extend(_index_state(table, name, options[name]))
         for name in actual_idx:
             problems.append(f"index {name} on {table.name} is not part of the schema")
     if schema.lock.name in tables:
         rows = conn.execute(sa.select(schema.lock.c.id)).scalars().all()
         if list(rows) != [1]:
-            problems.append(f"{schema.lock.name} must hold exactly the row ID=1, holds {rows}")
+            fix = "" if 1 in rows else " (`mqstore db upgrade` puts it back)"
+            problems.append(f"{schema.lock.name} must hold exactly the row ID=1, holds {rows}{fix}")
     return problems

@@ -97,12 +97,27 @@ def new_prefix_note(prefix: str, beside: list[str], option: str, downgrade: str)
 
 
 def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
-    """Migrate to ``revision``; refuses (with the fix) on tables mqstore never managed."""
+    """Migrate to ``revision``; refuses (with the fix) on tables mqstore never managed. Puts
+    back the lock row ID=1 if it was deleted, as ActiveMQ's start does (a locker refuses to
+    start without it and says to run this)."""
     with database_errors("upgrade"), engine.begin() as conn:
         lock_migrations(conn, prefix)
         refuse_unmanaged_tables(conn, prefix)
         with _revision_errors(conn, prefix, revision):
             command.upgrade(alembic_config(prefix, conn), revision)
+        if current_revision(conn, prefix) is not None:
+            restore_lock_row(conn, build_schema(prefix))
+
+
+def restore_lock_row(conn: Connection, schema: StoreSchema) -> bool:
+    """Insert the lock row (1, NULL, NULL) ActiveMQ's DDL makes, if the lock table lacks it."""
+    lock = schema.lock
+    if lock.name not in _existing_tables(conn):
+        return False
+    if conn.execute(sa.select(lock.c.id).where(lock.c.id == 1)).first() is not None:
+        return False
+    conn.execute(sa.insert(lock).values(id=1))
+    return True
 
 
 def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
@@ -384,9 +399,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
         refuse_live_lease(conn, prefix, override=None)  # an ActiveMQ lease-locker master
         _fix_acks_key(conn, schema, report)
         _ensure_indexes(conn, schema, report)
-        lock_rows = conn.execute(sa.select(schema.lock.c.id)).scalars().all()
-        if 1 not in lock_rows:
-            conn.execute(sa.insert(schema.lock).values(id=1))
+        if restore_lock_row(conn, schema):
             report.actions.append(f"inserted the lock row into {schema.lock.name}")
         command.stamp(alembic_config(prefix, conn), BASELINE_REVISION)
         report.actions.append(f"stamped revision {BASELINE_REVISION}")

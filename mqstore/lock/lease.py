@@ -21,7 +21,7 @@ from mqstore.errors import ConfigError, LockLostError
 from mqstore.lock.guard import Guard
 from mqstore.lock.locker import Renewal
 from mqstore.lock.retries import RetryWarnings
-from mqstore.lock.status import LockStatus, read_lock
+from mqstore.lock.status import LockStatus, find_lock, read_lock
 from mqstore.schema import StoreSchema
 
 log = logging.getLogger(__name__)
@@ -418,16 +418,16 @@ class LeaseLocker:
             return Renewal.LOST
         try:
             try:
-                started, status = self._renew_once()
+                started, loss = self._renew_once()
             except DBAPIError as exc:
                 if not exc.connection_invalidated:
                     raise
                 # a pooled connection that ended with a database restart: once more, on a new one
-                started, status = self._renew_once()
+                started, loss = self._renew_once()
         except SQLAlchemyError as exc:  # the database, or no pooled connection in time
             return self._unanswered(exc)
-        if status is not None:
-            self._lose(self._loss(status))
+        if loss is not None:
+            self._lose(loss)
             return Renewal.LOST
         with self._mutex:
             self._held, self._deadline = True, started + self.lease_ms / 1000
@@ -442,19 +442,21 @@ class LeaseLocker:
             )
         return Renewal.KEPT
 
-    def _renew_once(self) -> tuple[float, LockStatus | None]:
-        """One renewal: when it was sent, and the lock row if the renewal did not match it."""
+    def _renew_once(self) -> tuple[float, str | None]:
+        """One renewal: when it was sent, and why the lease is lost if it did not match."""
         ours = self._ours()
         with self.engine.begin() as conn:
             started, until = self._write_lease(conn, lambda _now: ours, unconfirmed=True)
-            status = None if until is not None else read_lock(conn, self.schema)
+            loss = None if until is not None else self._loss(find_lock(conn, self.schema))
         if until is not None:
             with self._mutex:
                 self._ends = [until]
-        return started, status
+        return started, loss
 
-    def _loss(self, status: LockStatus) -> str:
+    def _loss(self, status: LockStatus | None) -> str:
         name = self.schema.lock.name
+        if status is None:  # ActiveMQ's renewal updates no row either: lost
+            return f"the lock row ID=1 of {name} was deleted; `mqstore db upgrade` restores it"
         if status.broker_name == self.holder:
             return (
                 f"the lock {name} was renewed by another process under this broker's name "

@@ -35,11 +35,17 @@ class LockStatus:
         return f"held by {self.broker_name} for another {left} ms"
 
 
-def read_lock(conn: Connection, schema: StoreSchema) -> LockStatus:
-    """Read the lock row (ID=1)."""
+def find_lock(conn: Connection, schema: StoreSchema) -> LockStatus | None:
+    """Read the lock row (ID=1), or None when it was deleted."""
     row = conn.execute(
         sa.select(schema.lock.c.broker_name, schema.lock.c.time).where(schema.lock.c.id == 1)
     ).first()
-    if row is None:
+    return None if row is None else LockStatus(row.broker_name, row.time)
+
+
+def read_lock(conn: Connection, schema: StoreSchema) -> LockStatus:
+    """Read the lock row (ID=1); :class:`LockError` saying how to restore it when it is gone."""
+    status = find_lock(conn, schema)
+    if status is None:
         raise LockError(f"{schema.lock.name} has no row ID=1: run `mqstore db upgrade`")
-    return LockStatus(row.broker_name, row.time)
+    return status
