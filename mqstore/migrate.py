@@ -364,10 +364,10 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
 
     Verifies every column, moves the ACKS primary key to (CONTAINER, CLIENT_ID, SUB_NAME,
     PRIORITY) under a prefixed name, adds any missing ActiveMQ index and mqstore's indexes,
-    ensures the lock row, and stamps the baseline revision, then upgrades to head. All in one
-    transaction: on any refusal nothing changes. Refuses while a live broker holds the lock
-    row or its lease (its tables would change under it), and keeps the row locked so none
-    starts meanwhile.
+    gives rows without a PRIORITY the 0 ActiveMQ writes, ensures the lock row, and stamps
+    the baseline revision, then upgrades to head. All in one transaction: on any refusal
+    nothing changes. Refuses while a live broker holds the lock row or its lease (its tables
+    would change under it), and keeps the row locked so none starts meanwhile.
     """
     schema = build_schema(prefix)
     report = AdoptReport()
@@ -399,6 +399,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
         refuse_live_lease(conn, prefix, override=None)  # an ActiveMQ lease-locker master
         _fix_acks_key(conn, schema, report)
         _ensure_indexes(conn, schema, report)
+        _fill_missing_priorities(conn, schema, report)
         if restore_lock_row(conn, schema):
             report.actions.append(f"inserted the lock row into {schema.lock.name}")
         command.stamp(alembic_config(prefix, conn), BASELINE_REVISION)
@@ -460,6 +461,18 @@ def _fix_acks_key(conn: Connection, schema: StoreSchema, report: AdoptReport) ->
     report.actions.append(
         f"{acks.name}: primary key {name}{tuple(cols)} -> {acks.primary_key.name}{tuple(want_cols)}"
     )
+
+
+def _fill_missing_priorities(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:
+    """Rows without a PRIORITY (brokers before 5.4 had no such column; ActiveMQ added it
+    empty) get 0, what ActiveMQ writes unless ``prioritizedMessages`` is on: mqstore pages in
+    (PRIORITY, ID) order, so it would count such rows but never deliver them."""
+    msgs = schema.msgs
+    filled = conn.execute(
+        sa.update(msgs).where(msgs.c.priority.is_(None)).values(priority=0)
+    ).rowcount
+    if filled:
+        report.actions.append(f"{msgs.name}: PRIORITY 0 given to {filled} row(s) that had none")
 
 
 def _ensure_indexes(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 from mqstore import migrate
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
 from mqstore.schema import build_schema
+from mqstore.store import PostgresStore, SubscriptionKey
 from tests.conftest import FIXTURES, REPO, count_rows, load_activemq_fixture
 from tests.migrations.alembic_cli import alembic
 
@@ -262,3 +263,24 @@ def test_alembic_cli_upgrade_beside_another_prefixs_tables_says_what_it_made(
     )
     again = alembic("-x", f"dsn={empty_dsn}", "upgrade", "head")
     assert again.returncode == 0 and "note:" not in again.stderr, again.stderr
+
+
+def test_adopt_gives_rows_without_a_priority_the_0_activemq_writes(empty_engine: Engine) -> None:
+    """Rows a broker before ActiveMQ 5.4 wrote have no PRIORITY; once adopted, mqstore
+    delivers them (queue and durable subscription) instead of counting them forever."""
+    load_activemq_fixture(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("UPDATE activemq_msgs SET priority = NULL WHERE id IN (2, 3, 8)"))
+    report = migrate.adopt(empty_engine)
+    assert "activemq_msgs: PRIORITY 0 given to 3 row(s) that had none" in report.actions
+    store = PostgresStore(empty_engine, cleanup_interval_s=0)
+    store.start()
+    try:
+        queue = [m.id for m in store.page("queue://FIXTURE.Q", None, 100)]
+        assert queue == [1, 2, 3, 4, 5, 6, *range(12, 18)]
+        sub = SubscriptionKey("topic://FIXTURE.T", "fix-sub-b", "subB")
+        assert [m.id for m in store.page_subscription(sub, None, 100)] == [7, 8, 9, 10, 11]
+        assert store.pending_count(sub) == 5
+    finally:
+        store.stop()
+    assert migrate.check(empty_engine) == []
