@@ -3,8 +3,8 @@
 :func:`summarize` walks each frame once and appends the JMS header fields, the properties
 as text and the text body straight into per-column lists. It accepts exactly what
 :func:`~mqstore.openwire.decode` accepts; a frame it does not handle itself (compressed,
-a MapMessage/StreamMessage body, rare property types, anything malformed) is handed to
-the caller's ``slow`` function, so the columns equal a full decode row for row.
+a BlobMessage, a MapMessage/StreamMessage body, rare property types, anything malformed)
+is handed to the caller's ``slow`` function, so the columns equal a full decode row for row.
 
 Strings are given a UTF-8 form, as the columns go to Arrow: a lone UTF-16 surrogate
 (legal in a Java String) becomes ``?``, as Java's UTF-8 encoder writes it.
@@ -57,7 +57,8 @@ _QQ = struct.Struct(">qq").unpack_from
 _BQB = struct.Struct(">Bqb").unpack_from  # persistent, expiration, priority
 _BI = struct.Struct(">Bi").unpack_from  # compressed, redeliveryCounter
 _QQB = struct.Struct(">qqB").unpack_from  # brokerInTime, brokerOutTime, xGroupFirst
-_KIND_NAMES = {k.value: k.name.lower() for k in MessageKind}
+#: Kinds the fast path reads; a BlobMessage (its own fields follow the others) goes slow.
+_KIND_NAMES = {k.value: k.name.lower() for k in MessageKind if k is not MessageKind.BLOB}
 _SCHEMES = {k.value: k.scheme for k in DestinationKind}
 #: Kinds whose (uncompressed) body needs no decoding beyond what is done here.
 _PLAIN_BODY = frozenset(

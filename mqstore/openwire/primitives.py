@@ -364,12 +364,22 @@ def write_map(out: list[bytes], values: Mapping[str, Any] | None, depth: int = 0
         out.append(b"\xff\xff\xff\xff")
         return
     out.append(_I32.pack(len(values)))
+    # Keys holding surrogates (ED bytes): a surrogate pair and the character it encodes
+    # are distinct str keys but one Java String, so the map could not be read back.
+    surrogate_keys: dict[bytes, str] = {}
     for key, value in values.items():
         if not isinstance(key, str):
             raise EncodeError(f"map keys must be str, got {type(key).__name__}")
         raw = encode_mutf8(key)
         if len(raw) > 0xFFFF:
             raise EncodeError(f"map key of {len(raw)} bytes exceeds writeUTF's 65535")
+        if b"\xed" in raw:
+            other = surrogate_keys.setdefault(raw, key)
+            if other != key:
+                raise EncodeError(
+                    f"map keys {other!r} and {key!r} are the same Java string (a surrogate "
+                    "pair and the character it encodes): keep one of them"
+                )
         out.append(_U16.pack(len(raw)))
         out.append(raw)
         write_value(out, value, depth)
