@@ -23,7 +23,7 @@ mqstore runs the steps itself (initdb, ``pg_ctl start``/``stop``) rather than th
   ``<data_dir>/.pg-users`` (the kernel drops it when a process dies, even by SIGKILL); the
   last one to close, the only one that can take the lock exclusively, stops the server.
   Starting, initialising and stopping happen under an exclusive ``flock`` on
-  ``<data_dir>/.pg-start``.
+  ``<data_dir>/.pg-start`` (see :mod:`mqstore.embedded.startlock`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+from mqstore.embedded import startlock
 from mqstore.embedded.account import ServerAccount, ensure_traverse, server_account
 from mqstore.embedded.cluster import Postmaster, initialised, serves
 from mqstore.embedded.diagnosis import DSN_HINT, first_error, remedy
@@ -52,6 +53,9 @@ from mqstore.errors import DatabaseUnavailableError
 log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 60
+#: ``postmaster.pid`` statuses of a server that takes no connections yet: "standby" is a
+#: recovery with hot_standby off, which ``pg_ctl start -w`` takes for started.
+_STARTING = ("", "starting", "standby")
 
 
 class EmbeddedPostgres:
@@ -81,8 +85,10 @@ class EmbeddedPostgres:
                 f"{exc.strerror or exc}: {exc.filename or self.root}; give a writable "
                 f"--data-dir (or MQSTORE_DATA_DIR), {DSN_HINT}"
             ) from None
+        locked = False
         try:
-            fcntl.flock(start_lock, fcntl.LOCK_EX)
+            startlock.take(start_lock, self.data_dir, "starting")
+            locked = True
             self._account = server_account(self.data_dir)
             if self._account is not None:
                 ensure_traverse(self._account, [self.root, bin_dir.parent])
@@ -110,7 +116,10 @@ class EmbeddedPostgres:
                 f"{remedy(cause, self.data_dir, None)}"
             ) from None
         finally:
-            os.close(start_lock)  # releases the flock
+            if locked:
+                startlock.release(start_lock)
+            else:
+                os.close(start_lock)
         socket_dir = running.socket_dir or self.data_dir
         self.socket_path = Path(socket_dir) / f".s.PGSQL.{running.port}"
         uri = f"postgresql://postgres:@/postgres?host={quote(str(socket_dir), safe='/')}"
@@ -175,6 +184,7 @@ class EmbeddedPostgres:
     def _running(self) -> Postmaster | None:
         """The server running on this data directory, once it is ready; None if none is."""
         deadline = time.monotonic() + _START_TIMEOUT_S
+        said = False
         while True:
             info = Postmaster.read(self.data_dir)
             if info is None or not serves(abs(info.pid), self.data_dir):
@@ -186,13 +196,34 @@ class EmbeddedPostgres:
                 )
             if info.status == "ready":
                 return info
+            starting = info.status in _STARTING
             if time.monotonic() > deadline:
+                if starting:
+                    raise self._still_starting(info)
                 raise DatabaseUnavailableError(
                     f"the embedded PostgreSQL in {self.data_dir} (pid {info.pid}) has been "
-                    f"{info.status or 'starting'} for {_START_TIMEOUT_S} s; see "
+                    f"{info.status} for {_START_TIMEOUT_S} s; see "
                     f"{self.data_dir / 'log'}, {DSN_HINT}"
                 )
+            if starting and not said:
+                log.warning(
+                    "waiting for the embedded PostgreSQL in %s (pid %d) to finish starting "
+                    "(after a crash it first recovers; see %s)",
+                    self.data_dir, info.pid, self.data_dir / "log",
+                )  # fmt: skip
+                said = True
             time.sleep(0.2)  # being started (or stopped) by a process that was killed
+
+    def _still_starting(self, info: Postmaster) -> DatabaseUnavailableError:
+        """The error for a server that is not ready after the start timeout but goes on
+        starting (crash recovery can take longer): left running, it is used once ready."""
+        return DatabaseUnavailableError(
+            f"the embedded PostgreSQL in {self.data_dir} (pid {info.pid}) is still starting "
+            f"after {_START_TIMEOUT_S} s (after a crash it first recovers, which can take "
+            f"long) and goes on in the background: leave it running, and run the command "
+            f"again once {self.data_dir / 'log'} says 'database system is ready to accept "
+            f"connections' (a command run sooner waits up to {_START_TIMEOUT_S} s for that)"
+        )
 
     def _remove_stale_lock_files(self) -> None:
         """Remove the lock files of a server that is gone (under the start lock). PostgreSQL
@@ -222,6 +253,12 @@ class EmbeddedPostgres:
         info = Postmaster.read(self.data_dir)
         if result.returncode == 0 and info is not None and info.status == "ready":
             return info
+        if info is not None and info.status in _STARTING and serves(info.pid, self.data_dir):
+            if result.returncode != 0:  # pg_ctl gave up waiting; the server goes on
+                raise self._still_starting(info)
+            running = self._running()  # "standby": pg_ctl is done, recovery is not
+            if running is not None:
+                return running
         try:
             with logfile.open("rb") as f:
                 f.seek(offset)
@@ -284,8 +321,10 @@ class EmbeddedPostgres:
         except OSError:
             os.close(users)
             return
+        locked = False
         try:
-            fcntl.flock(start_lock, fcntl.LOCK_EX)
+            startlock.take(start_lock, self.data_dir, "stopping")
+            locked = True
             os.close(users)
             probe = os.open(self.root / ".pg-users", os.O_RDWR)
             try:
@@ -298,7 +337,10 @@ class EmbeddedPostgres:
         except OSError as exc:
             log.warning("could not stop the embedded PostgreSQL in %s: %s", self.data_dir, exc)
         finally:
-            os.close(start_lock)
+            if locked:
+                startlock.release(start_lock)
+            else:
+                os.close(start_lock)
 
     def _stop_server(self) -> None:
         info = Postmaster.read(self.data_dir)
