@@ -120,13 +120,21 @@ class EmbeddedPostgres:
                 startlock.release(start_lock)
             else:
                 os.close(start_lock)
-        socket_dir = running.socket_dir or self.data_dir
+        socket_dir = self._socket_dir(running)
         self.socket_path = Path(socket_dir) / f".s.PGSQL.{running.port}"
         uri = f"postgresql://postgres:@/postgres?host={quote(str(socket_dir), safe='/')}"
         if running.port != 5432:
             uri += f"&port={running.port}"
         log.info("embedded PostgreSQL running in %s", self.data_dir)
         return uri
+
+    def _socket_dir(self, running: Postmaster) -> Path:
+        """The server's socket directory: the data directory, by the path used now, where
+        mqstore starts it (``postmaster.pid`` keeps the path it had then, gone if the data
+        directory was renamed since); else where ``postmaster.pid`` says."""
+        if (self.data_dir / f".s.PGSQL.{running.port}").exists():
+            return self.data_dir
+        return running.socket_dir or self.data_dir
 
     def _use(self) -> None:
         """Count this process as a user of the server (a shared flock on ``.pg-users``)."""

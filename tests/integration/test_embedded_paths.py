@@ -48,6 +48,26 @@ def test_a_cluster_reached_through_a_symlinked_pg_is_shared_and_stopped_by_its_l
     _assert_no_server_left(work)
 
 
+def test_a_data_directory_renamed_while_a_killed_commands_server_runs_is_used_at_its_new_path(
+    work: Workdir,
+) -> None:
+    """``serve`` killed with SIGKILL leaves its server running; the project directory is then
+    renamed. The next command reaches that server at the new path (its ``postmaster.pid``
+    still names the old one) and, as its last user, stops it."""
+    old, new = work.path / "project" / "mqstore-data", work.path / "renamed" / "mqstore-data"
+    port = _free_port()
+    killed = work.serve(port, "serve.log", "--data-dir", str(old))
+    work.wait_serving(killed, "serve.log")
+    killed.kill()  # SIGKILL of mqstore only: its PostgreSQL goes on
+    killed.wait(10)
+    assert work.postgres_pids()
+    old.parent.rename(new.parent)
+
+    stats = work.run("stats", "--json", "--data-dir", str(new))
+    assert stats.returncode == 0, stats.stderr
+    _assert_no_server_left(work)
+
+
 @pytest.mark.parametrize(
     ("name", "said"),
     [
