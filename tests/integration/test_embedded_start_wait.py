@@ -118,6 +118,17 @@ def test_a_command_waiting_for_another_that_starts_the_server_says_so_and_goes_o
     _assert_no_server_left(work)
 
 
+def _still_starting_error(work: Workdir) -> str:
+    """Run ``stats`` with a short start timeout; it must fail (exit 2): its error line."""
+    result = subprocess.run(
+        [*MQSTORE_SHORT_START_TIMEOUT, "stats", "--json"], cwd=work.path, env=_env(),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in _error_lines(result.stderr) if "error:" in line]
+    return line
+
+
 def test_a_start_that_outlasts_its_timeout_is_reported_as_still_starting_and_then_used(
     work: Workdir,
 ) -> None:
@@ -127,12 +138,7 @@ def test_a_start_that_outlasts_its_timeout_is_reported_as_still_starting_and_the
     assert work.run("db", "upgrade").returncode == 0
     gate = _recovering_until(work)
     for _ in range(2):  # the command that starts it, then one that finds it still starting
-        result = subprocess.run(
-            [*MQSTORE_SHORT_START_TIMEOUT, "stats", "--json"], cwd=work.path, env=_env(),
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert result.returncode == 2, result.stderr
-        [line] = [line for line in _error_lines(result.stderr) if "error:" in line]
+        line = _still_starting_error(work)
         assert "is still starting" in line and "leave it running" in line, line
         assert str(work.pgdata / "log") in line, line
         assert work.postgres_pids(), "the starting server was not left to finish"
@@ -161,12 +167,7 @@ def test_a_server_that_pg_ctl_takes_for_started_before_it_accepts_connections_is
     os.chown(standby_signal, owner.st_uid, owner.st_gid)
     with (work.pgdata / "postgresql.conf").open("a") as conf:
         conf.write("hot_standby = off\n")
-    result = subprocess.run(
-        [*MQSTORE_SHORT_START_TIMEOUT, "stats", "--json"], cwd=work.path, env=_env(),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    [line] = [line for line in _error_lines(result.stderr) if "error:" in line]
+    line = _still_starting_error(work)
     assert "is still starting" in line and str(work.pgdata / "log") in line, line
     assert work.postgres_pids(), "the starting server was not left to finish"
 
