@@ -88,9 +88,10 @@ def encode_frame(
     body: bytes = b"",
     version: str = "1.2",
     *,
-    content_length: bool = True,
+    content_length: bool | None = None,
 ) -> bytes:
-    """Serialize a frame; adds ``content-length`` when there is a body."""
+    """Serialize a frame; adds ``content-length`` when there is a body (``content_length``
+    None), always (True, ``content-length:0`` too) or never (False)."""
     parts = [command, "\n"]
     raw = command == "CONNECTED"
     for key, value in headers:
@@ -98,7 +99,7 @@ def encode_frame(
             parts += [key, ":", value, "\n"]
         else:
             parts += [escape(key, version), ":", escape(value, version), "\n"]
-    if body and content_length:
+    if content_length or (content_length is None and body):
         parts += ["content-length:", str(len(body)), "\n"]
     parts.append("\n")
     return "".join(parts).encode("utf-8") + body + b"\x00"

@@ -256,7 +256,13 @@ class Handlers:
             raise _error("message selectors are not supported by this broker")
         name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
         is_topic = container.startswith("topic://")
-        durable = bool(name) and is_topic
+        if name and not is_topic:
+            raise _error(
+                f"cannot durably subscribe to a queue ({dest}): a durable subscription "
+                "(activemq.subscriptionName) is for a /topic/; leave the header out to "
+                "consume the queue"
+            )
+        durable = bool(name)
         if durable and not self.client_id:
             raise _error("a durable subscription needs a client-id header on CONNECT")
         browser = frame.get("browser") == "true"

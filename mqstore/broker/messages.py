@@ -34,21 +34,37 @@ _PER_DELIVERY = frozenset({"content-length", "subscription", "redelivered", "ack
 _REPLY_KINDS = ("queue", "topic", "temp-queue", "temp-topic")
 
 
+#: STOMP prefixes of temporary destinations, which this broker does not serve.
+_TEMPORARY = ("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")
+
+
 def container_of(stomp_dest: str) -> str:
-    """``/queue/NAME`` -> ``queue://NAME`` (also ``/topic/``); anything else is an error.
+    """``/queue/NAME`` -> ``queue://NAME`` (also ``/topic/``); any other name is a queue.
 
     As ActiveMQ names the destination (``setPhysicalName``): ``?options`` are cut off (they
     are settings of the consumer, see :func:`destination_options`) and the name trimmed, so
     ``/queue/orders?consumer.prefetchSize=1`` is queue ``orders``, in its CONTAINER column
-    too."""
-    for prefix, scheme in (("/queue/", "queue://"), ("/topic/", "topic://")):
-        if stomp_dest.startswith(prefix):
-            name = stomp_dest[len(prefix) :].partition("?")[0].strip(JAVA_BLANK)
-            if not name:
-                raise FrameError(f"destination {stomp_dest!r} has an empty name")
-            _refuse_pattern(stomp_dest, name)
-            return scheme + name
-    raise FrameError(f"unsupported destination {stomp_dest!r}: use /queue/NAME or /topic/NAME")
+    too. A name without a ``/queue/`` or ``/topic/`` prefix is the queue of that name, as
+    ActiveMQ's STOMP falls back to (``orders`` is ``/queue/orders``); one that starts with
+    another ``/prefix/`` (``/temp-queue/``, or a mistyped ``/queues/``) is refused."""
+    trimmed = stomp_dest.strip(JAVA_BLANK)
+    scheme, name = "queue://", trimmed
+    for prefix, kind in (("/queue/", "queue://"), ("/topic/", "topic://")):
+        if trimmed.startswith(prefix):
+            scheme, name = kind, trimmed[len(prefix) :]
+            break
+    else:
+        if trimmed.startswith("/"):
+            note = " (no temporary destinations here)" if trimmed.startswith(_TEMPORARY) else ""
+            raise FrameError(
+                f"unsupported destination {stomp_dest!r}{note}: use /queue/NAME or "
+                "/topic/NAME (a NAME without a leading / is a queue)"
+            )
+    name = name.partition("?")[0].strip(JAVA_BLANK)
+    if not name:
+        raise FrameError(f"destination {stomp_dest!r} has an empty name")
+    _refuse_pattern(stomp_dest, name)
+    return scheme + name
 
 
 def _refuse_pattern(stomp_dest: str, name: str) -> None:
@@ -168,6 +184,13 @@ def _int_header(frame: Frame, name: str, default: int, bits: int = 64) -> int:
     return value
 
 
+def _jms_priority(value: int) -> int:
+    """A priority as ActiveMQ stores it: cast to a Java ``byte``, then clamped to 0..9
+    (``10`` is 9, ``-1`` is 0, ``265`` is 9, ``200`` is 0)."""
+    as_byte = (value + 128) % 256 - 128
+    return min(max(as_byte, 0), 9)
+
+
 def _reply_destination(text: str) -> Destination | None:
     """The destination a ``reply-to`` header names (``/queue/``, ``/topic/``, ``/temp-queue/``,
     ``/temp-topic/``), or None for anything else."""
@@ -208,9 +231,9 @@ def _persistent(frame: Frame) -> bool:
 def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int) -> BrokerMessage:
     """Build the OpenWire message of a SEND frame, as ActiveMQ's STOMP transport does."""
     persistent = _persistent(frame)
-    priority = _int_header(frame, "JMSPriority", _int_header(frame, "priority", 4), 32)
-    if not 0 <= priority <= 9:
-        raise FrameError(f"priority must be 0..9, got {priority}")
+    priority = _jms_priority(
+        _int_header(frame, "JMSPriority", _int_header(frame, "priority", 4), 32)
+    )
     expires = _int_header(frame, "JMSExpiration", _int_header(frame, "expires", 0))
     now = int(time.time() * 1000)
     props = {k: v for k, v in frame.headers.items() if k not in _RESERVED}
@@ -277,6 +300,17 @@ def body_of(msg: Message) -> bytes:
     if isinstance(body, bytes):
         return body
     return openwire.encode_utf8_java(str(body)) if body else b""
+
+
+def sized(msg: Message, body: bytes) -> bool | None:
+    """Whether a MESSAGE frame carries ``content-length`` (see :func:`encode_frame`): as
+    ActiveMQ's STOMP, a BytesMessage always does, even when empty, and a TextMessage does
+    not, so clients that read ``content-length`` as "bytes" (ActiveMQ-CPP, NMS) get the kind
+    that was sent; a text holding NUL has one too, or its frame would end there. Other kinds
+    have one when their body is not empty."""
+    if msg.kind is MessageKind.TEXT:
+        return b"\x00" in body
+    return True if msg.kind is MessageKind.BYTES else None
 
 
 def message_headers(msg: BrokerMessage) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from mqstore.broker.frames import encode_frame
-from mqstore.broker.messages import BrokerMessage, body_of, message_headers
+from mqstore.broker.messages import BrokerMessage, body_of, message_headers, sized
 from mqstore.broker.writer import Op
 from mqstore.store.model import Outcome
 
@@ -131,7 +131,11 @@ class Consumer:
             token = conn.next_ack_token()
             if conn.version == "1.2":
                 headers.append(("ack", token))
-        conn.send_message(encode_frame("MESSAGE", headers, body_of(msg.ow), conn.version))
+        body = body_of(msg.ow)
+        frame = encode_frame(
+            "MESSAGE", headers, body, conn.version, content_length=sized(msg.ow, body)
+        )
+        conn.send_message(frame)
         self.delivered += 1
         if self.ack_mode == "auto":
             return None
