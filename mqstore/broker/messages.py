@@ -237,6 +237,9 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
     expires = _int_header(frame, "JMSExpiration", _int_header(frame, "expires", 0))
     now = int(time.time() * 1000)
     props = {k: v for k, v in frame.headers.items() if k not in _RESERVED}
+    length = frame.get("content-length")
+    if length is not None and frame.get("amq-msg-type") is not None:
+        props["content-length"] = length  # ActiveMQ drops it only when it picks the kind
     reply = frame.get("reply-to")
     reply_to = _reply_destination(reply) if reply else None
     if reply and reply_to is None:
@@ -256,6 +259,7 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
         properties=props or None,
         group_id=frame.get("JMSXGroupID"),
         group_sequence=_int_header(frame, "JMSXGroupSeq", 0, 32),
+        response_required="receipt" in frame.headers,
     )
     try:
         if not _is_text(frame):

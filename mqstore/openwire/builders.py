@@ -1,9 +1,10 @@
 """Build new messages the way ActiveMQ's broker stores a persistent STOMP SEND.
 
 Fixture rows written by ActiveMQ 5.17 for STOMP sends show: ``responseRequired``
-true, the same ProducerId in ``producerId`` and ``messageId``, no text view,
-``brokerInTime`` set at arrival, ``brokerOutTime`` and ``arrival`` 0. The caller
-supplies the ids and the broker sequence id (the store knows them).
+true when the SEND asked for a receipt, the same ProducerId in ``producerId`` and
+``messageId``, no text view, ``brokerInTime`` set at arrival, ``brokerOutTime`` and
+``arrival`` 0. The caller supplies the ids and the broker sequence id (the store knows
+them).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def build_message(
     group_id: str | None = None,
     group_sequence: int = 0,
     user_id: str | None = None,
+    response_required: bool = True,
 ) -> Message:
     """Build a message of any kind; see :func:`text_message` for the arguments."""
     if not 0 <= priority <= 9:
@@ -79,7 +81,7 @@ def build_message(
     return Message(
         kind=kind,
         command_id=command_id,
-        response_required=True,
+        response_required=response_required,
         producer_id=producer,
         destination=dest,
         message_id=MessageId(None, producer, sequence, broker_sequence_id),
@@ -111,7 +113,8 @@ def text_message(text: str | None, **kwargs: Any) -> Message:
     ``persistent`` (default True), ``expiration`` (epoch ms, 0 = never),
     ``correlation_id``, ``type``, ``reply_to``, ``properties`` (a mapping of
     :data:`PropertyValue`), ``compress`` (zlib the body), ``command_id``, ``group_id``,
-    ``group_sequence`` and ``user_id``.
+    ``group_sequence``, ``user_id`` and ``response_required`` (default True; ActiveMQ's
+    STOMP sets it only for a SEND with a ``receipt``).
     """
     return build_message(MessageKind.TEXT, text, **kwargs)
 
