@@ -778,15 +778,26 @@ class JournaledStore(MergedReads):
         Returns how many topic messages every subscription acknowledged were removed since
         the last call: those checkpoints dropped from the window (never written) plus the
         rows deleted now, so the calls add up to what the plain store's cleanups delete.
+
+        Writers are not held: only a new subscription waits, for one database batch at
+        most. Every batch deletes with each subscription in the database: the first follows
+        a checkpoint, and so does a later one if a subscription was created in the meantime
+        (a retroactive one is owed what the others acknowledged).
         """
-
-        def clean() -> int:
-            total = self._uncounted_cleaned + self.pg.cleanup()
-            self._uncounted_cleaned = 0
-            self._counters["cleaned"] += total
-            return total
-
-        return self._through(clean)
+        self._check_open()
+        total, checkpoint, more = 0, True, True
+        while more and not self._stopping.is_set():
+            with self._subscribing:
+                if checkpoint or self._state.subs_added:
+                    self.checkpoint()
+                    checkpoint = False
+                deleted, more = self.pg.clean_batch()
+            with self._checkpointing:
+                counted = self._uncounted_cleaned + deleted
+                self._uncounted_cleaned = 0
+            self._counters["cleaned"] += counted
+            total += counted
+        return total
 
     def expire(
         self,

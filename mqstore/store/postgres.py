@@ -770,16 +770,21 @@ class PostgresStore:
         """Delete acknowledged topic messages, all priorities, in short batches."""
         total = 0
         while not self._stopping.is_set():
-            with self.transaction() as conn:
-                found = conn.execute(self.sql.cleanup_candidates, {"limit": self.cleanup_batch})
-                candidates = [Removal(container, i) for i, container in found]
-                if not candidates:
-                    break
-                total += self.delete_rows(conn, candidates)
-            if len(candidates) < self.cleanup_batch:
+            deleted, more = self.clean_batch()
+            total += deleted
+            if not more:
                 break
-        self._counters["cleaned"] += total
         return total
+
+    def clean_batch(self) -> tuple[int, bool]:
+        """One batch of :meth:`cleanup` (``cleanup_batch`` rows at most, one transaction):
+        the rows deleted, and whether there may be more (the batch was full)."""
+        with self.transaction() as conn:
+            found = conn.execute(self.sql.cleanup_candidates, {"limit": self.cleanup_batch})
+            candidates = [Removal(container, i) for i, container in found]
+            deleted = self.delete_rows(conn, candidates)
+        self._counters["cleaned"] += deleted
+        return deleted, len(candidates) >= self.cleanup_batch
 
     def count_cleaned(self, rows: int) -> None:
         """Count topic messages removed because no subscription needs them."""
