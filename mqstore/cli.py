@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 import typer
@@ -43,7 +44,35 @@ _CONNECTION_LOST = (
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The largest count an option may give a SQL LIMIT (PostgreSQL's BIGINT).
 _BIGINT_MAX = 2**63 - 1
-console = Console()
+
+
+def _output_closed() -> NoReturn:
+    """The reader of stdout went away (``mqstore stats | head``): stop quietly with
+    128 + SIGPIPE, as a tool the signal ends does. Stdout becomes /dev/null, so Python's
+    last flush of it does not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise typer.Exit(128 + signal.SIGPIPE)
+
+
+class _OutputConsole(Console):
+    """A command's output; a closed pipe ends the command as :func:`_output_closed` says
+    (rich's own answer is exit code 1, which ``db check`` gives a schema that differs)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _output_closed()
+
+
+def _print(text: str) -> None:
+    """Print machine-readable output (``--json``)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _output_closed()
+
+
+console = _OutputConsole()
 err_console = Console(stderr=True)
 
 app = typer.Typer(
@@ -424,7 +453,7 @@ def browse(
                     highlight=False,
                 )
         if as_json:
-            print(json.dumps(views, indent=2, ensure_ascii=False))
+            _print(json.dumps(views, indent=2, ensure_ascii=False))
             return
         table = Table(title=f"{container}: {len(views)} message(s)")
         for col in ("id", "JMS message id", "prio", "timestamp", "properties", "body"):
@@ -489,7 +518,7 @@ def stats(
             "journal": journal,
         }
         if as_json:
-            print(json.dumps(data, indent=2))
+            _print(json.dumps(data, indent=2))
             return
         table = Table(title="destinations")
         table.add_column("destination")
@@ -616,7 +645,7 @@ def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
             raise MqstoreError(str(exc)) from None
         data = report.to_dict()
         if as_json:
-            print(json.dumps(data, indent=2, default=str))
+            _print(json.dumps(data, indent=2, default=str))
             return
         console.print_json(json.dumps(data, default=str))
 
@@ -763,6 +792,10 @@ def _register_spark() -> None:
 _register_spark()
 
 
+#: What the ``spark`` extra installs for ``mqstore export`` and ``audit`` to import.
+_SPARK_EXTRA_MODULES = ("pyspark", "py4j", "pyarrow", "pandas")
+
+
 def _terminated(signum: int, _frame: object) -> None:
     """SIGTERM (a supervisor, ``kill``, ``timeout``) or SIGHUP (the terminal closed) ends a
     command as Ctrl-C does: through its cleanup, so an embedded server it started is stopped
@@ -785,6 +818,14 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except ModuleNotFoundError as exc:  # a Spark job run without the spark extra
+        if (exc.name or "").split(".")[0] not in _SPARK_EXTRA_MODULES:
+            raise
+        err_console.print(
+            "[red]error:[/red] PySpark is not installed: pip install 'mqstore\\[spark]'",
+            highlight=False,
+        )
+        sys.exit(1)  # the Spark jobs' code for what a user gets wrong
 
 
 if __name__ == "__main__":
