@@ -301,7 +301,7 @@ def _source(dsn: str | None, master: str | None, held: ExitStack) -> str:
 
     # mqstore.settings' data_dir (not imported: it pulls in the journal, which the Spark
     # jobs must not import)
-    data_dir = Path(os.environ.get("MQSTORE_DATA_DIR") or EMBEDDED_DATA_DIR)
+    data_dir = Path(os.environ.get("MQSTORE_DATA_DIR") or EMBEDDED_DATA_DIR).expanduser()
     if not store_exists(data_dir):
         raise _fail(
             "error: no --dsn given and no embedded store in "

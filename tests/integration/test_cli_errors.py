@@ -316,17 +316,26 @@ def test_serve_refuses_a_broker_name_the_lock_row_cannot_hold(
     assert "serving STOMP" not in result.stdout
 
 
-def test_a_data_dir_under_the_home_directory_is_expanded(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command", [["stats"], ["export", "--out", "out"]], ids=["stats", "export"]
+)
+def test_a_data_dir_under_the_home_directory_is_expanded(
+    tmp_path: Path, command: list[str]
+) -> None:
     """``MQSTORE_DATA_DIR=~/mqstore`` in an environment file reaches mqstore unexpanded; it
-    means the home directory, not a directory named ``~`` in the working directory."""
+    means the home directory, not a directory named ``~`` in the working directory (for the
+    Spark jobs too)."""
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MQSTORE_")}
     env.update(HOME=str(home), MQSTORE_DATA_DIR="~/mqstore")
     result = subprocess.run(
-        [sys.executable, "-m", "mqstore", "stats"], cwd=tmp_path, env=env,
+        [sys.executable, "-m", "mqstore", *command], cwd=tmp_path, env=env,
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    _one_line_error(result, f"no embedded store in {home / 'mqstore'}:")
+    # the Spark jobs' exit code for what a user gets wrong is 1, mqstore's is 2
+    assert result.returncode == (1 if command[0] == "export" else 2), result.stderr
+    assert f"no embedded store in {home / 'mqstore'}:" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_serve_journal_flag_wins_over_the_environment(dsn: str, tmp_path: Path) -> None:
