@@ -372,6 +372,7 @@ def export_command(
     from rich.console import Console
     from rich.progress import Progress
 
+    _require_pyspark()  # before .export, which imports it
     from .export import STEPS, check_archive, export, export_lock
 
     with ExitStack() as held:  # the source and the directory's lock, held to the end
@@ -464,6 +465,7 @@ def audit_command(
     ] = None,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
+    _require_pyspark()
     with ExitStack() as held:  # the source, held until Spark has stopped
         source = _source(dsn, master, held)
         identity = _preflight(source, table_prefix, out, AUDIT_TABLES)

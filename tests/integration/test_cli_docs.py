@@ -49,21 +49,23 @@ def test_output_cut_off_by_a_closed_pipe_ends_quietly(dsn: str, output: list[str
     assert (proc.returncode, stderr) == (141, "")
 
 
+@pytest.mark.parametrize("entry", ["mqstore.entry", "spark_etl.cli"])
 @pytest.mark.parametrize(
     ("command", "given_dsn"),
-    [("export", True), ("audit", True), ("export", False)],
-    ids=["export", "audit", "export-embedded"],
+    [("export", True), ("audit", True), ("export", False), ("audit", False)],
+    ids=["export", "audit", "export-embedded", "audit-embedded"],
 )
 def test_the_spark_jobs_without_the_spark_extra_say_how_to_install_it(
-    dsn: str, tmp_path: Path, command: str, given_dsn: bool
+    dsn: str, tmp_path: Path, command: str, given_dsn: bool, entry: str
 ) -> None:
-    """docs/spark.md: without PySpark, ``mqstore export``/``audit`` print one line telling
-    the user to ``pip install 'mqstore[spark]'`` (exit 1), never a traceback."""
+    """docs/spark.md: without PySpark, ``mqstore export``/``audit`` (and ``python -m
+    spark_etl``) print one line telling the user to ``pip install 'mqstore[spark]'``
+    (exit 1), never a traceback."""
     without_spark = (
         "import sys\n"
         "for name in ('pyspark', 'py4j', 'pyarrow', 'pandas'):\n"
         "    sys.modules[name] = None\n"
-        "from mqstore.entry import main\n"
+        f"from {entry} import main\n"
         "main()\n"
     )
     args = [command, "--out", str(tmp_path / "out"), *(["--dsn", dsn] if given_dsn else [])]
