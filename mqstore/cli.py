@@ -481,7 +481,7 @@ def stats(
     def body() -> None:
         from journal.support import existing_journal_id
         from mqstore.app import open_database
-        from mqstore.lock import read_lock
+        from mqstore.lock import describe_lock
         from mqstore.schema import build_schema
         from mqstore.store import PostgresStore
 
@@ -492,7 +492,7 @@ def stats(
             figures = store.stats()
             schema = build_schema(settings.table_prefix)
             with database.engine.connect() as conn:
-                lock = read_lock(conn, schema)
+                lock, lock_state = describe_lock(conn, schema)
                 applied = None
                 # A database only ActiveMQ used (not yet adopted) has no journal table.
                 if journal_id and sa.inspect(conn).has_table(schema.journal.name):
@@ -514,7 +514,7 @@ def stats(
         data = {
             "destinations": figures.destinations,
             "subscriptions": subscriptions,
-            "lock": {"holder": lock.broker_name, "time": lock.time, "state": lock.describe()},
+            "lock": {"holder": lock.broker_name, "time": lock.time, "state": lock_state},
             "journal": journal,
         }
         if as_json:
@@ -532,7 +532,7 @@ def stats(
         for key, backlog in figures.subscriptions.items():
             subs.add_row(key.container, key.client_id, key.sub_name, str(backlog))
         console.print(subs)
-        console.print(f"lock: {lock.describe()}")
+        console.print(f"lock: {lock_state}")
         if journal is not None:
             applied_to = (
                 f"applied to the database up to {journal['checkpointed_to']}"
@@ -585,15 +585,15 @@ def lock_status(
 
     def body() -> None:
         from mqstore.app import open_database
-        from mqstore.lock import read_lock
+        from mqstore.lock import describe_lock
         from mqstore.schema import build_schema
 
         settings = _settings_to_read(dsn, table_prefix, data_dir)
+        schema = build_schema(settings.table_prefix)
         with open_database(settings) as database, database.engine.connect() as conn:
-            status = read_lock(conn, build_schema(settings.table_prefix))
+            status, state = describe_lock(conn, schema)
         console.print(
-            f"{build_schema(settings.table_prefix).lock.name}: {status.describe()} "
-            f"(BROKER_NAME={status.broker_name}, TIME={status.time})"
+            f"{schema.lock.name}: {state} (BROKER_NAME={status.broker_name}, TIME={status.time})"
         )
 
     _run(body)

@@ -17,7 +17,7 @@ from mqstore.lock.exclusive import ExclusiveLease
 from mqstore.lock.lease import GUARD_GRACE_MS, LeaseLocker
 from mqstore.lock.locker import Locker, NoLocker, Renewal
 from mqstore.lock.row import RowLocker
-from mqstore.lock.status import LockStatus, read_lock
+from mqstore.lock.status import LockStatus, describe_lock, read_lock
 
 __all__ = [
     "GUARD_GRACE_MS",
@@ -28,5 +28,6 @@ __all__ = [
     "NoLocker",
     "Renewal",
     "RowLocker",
+    "describe_lock",
     "read_lock",
 ]

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
+from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
 from mqstore.errors import LockError
 from mqstore.schema import StoreSchema
 
@@ -49,3 +51,44 @@ def read_lock(conn: Connection, schema: StoreSchema) -> LockStatus:
     if status is None:
         raise LockError(f"{schema.lock.name} has no row ID=1: run `mqstore db upgrade`")
     return status
+
+
+#: How long :func:`describe_lock` waits for the row: a lease write holds it for
+#: milliseconds, a row-lock master for as long as it is master.
+_PROBE_WAIT_MS = 1000
+
+
+def row_lock_held(conn: Connection, schema: StoreSchema) -> bool | None:
+    """Whether a database session keeps the lock row locked: the master of mqstore's
+    ``--lock row`` or of ActiveMQ's default database locker, which write nothing into the
+    row. Probed by locking it (``FOR NO KEY UPDATE``, waiting up to a second) in a savepoint
+    rolled back at once; None when the session may not lock rows (a read-only role or
+    standby) and so cannot tell."""
+    row = sa.select(schema.lock.c.id).where(schema.lock.c.id == 1)
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.text(f"SET LOCAL lock_timeout = {_PROBE_WAIT_MS}"))
+            conn.execute(row.with_for_update(key_share=True))
+    except DBAPIError as exc:
+        if sqlstate(exc) == LOCK_NOT_AVAILABLE:
+            return True
+        if exc.connection_invalidated:
+            raise
+        return None
+    return False
+
+
+def describe_lock(conn: Connection, schema: StoreSchema) -> tuple[LockStatus, str]:
+    """The lock row and a sentence saying who holds the lock: a live lease, else a row
+    lock held in an open transaction (a lease it does not record), else free or expired."""
+    status = read_lock(conn, schema)
+    if status.live():
+        return status, status.describe()
+    held = row_lock_held(conn, schema)
+    if held:
+        return status, (
+            "held by a row-lock master (mqstore's --lock row or ActiveMQ's database "
+            "locker): a database session keeps the row locked"
+        )
+    unseen = " (a row lock cannot be seen: this role may not lock rows)" if held is None else ""
+    return status, status.describe() + unseen

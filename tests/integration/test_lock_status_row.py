@@ -1,0 +1,57 @@
+"""`mqstore lock status` and `stats` see a row-lock master, which writes nothing into the
+lock row: ActiveMQ's default database locker, or mqstore's ``--lock row``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+ROW_LOCKED = "held by a row-lock master"
+
+
+def _mqstore(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "mqstore", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _lock_states(dsn: str) -> tuple[str, str]:
+    """What ``lock status`` and ``stats --json`` say of the lock."""
+    status = _mqstore("lock", "status", "--dsn", dsn)
+    stats = json.loads(_mqstore("stats", "--json", "--dsn", dsn))
+    return status, str(stats["lock"]["state"])
+
+
+@pytest.mark.parametrize("mode", ["FOR UPDATE", "FOR NO KEY UPDATE"], ids=["activemq", "mqstore"])
+def test_a_master_holding_the_row_lock_is_shown_as_holding_it(
+    dsn: str, engine: Engine, mode: str
+) -> None:
+    """While a session keeps the row locked, as ActiveMQ's ``DefaultDatabaseLocker``
+    (``FOR UPDATE``) or mqstore's row locker (``FOR NO KEY UPDATE``) does for its whole
+    life as master, the lock is shown as held, not free; once it ends, as free."""
+    with engine.connect() as master:
+        master.execute(sa.text(f"SELECT * FROM activemq_lock WHERE id = 1 {mode}"))
+        status, state = _lock_states(dsn)
+        assert ROW_LOCKED in status and ROW_LOCKED in state, (status, state)
+    status, state = _lock_states(dsn)
+    assert "free" in status and state == "free", (status, state)
+
+
+def test_a_session_that_may_not_lock_rows_says_it_cannot_see_a_row_lock(dsn: str) -> None:
+    """A read-only session (a standby, ``default_transaction_read_only``) cannot probe the
+    row: the commands still answer, saying a row lock cannot be seen."""
+    read_only = f"{dsn}?options=-cdefault_transaction_read_only%3Don"
+    status, state = _lock_states(read_only)
+    assert "free" in status and "cannot be seen" in status, status
+    assert state.startswith("free") and "cannot be seen" in state, state
