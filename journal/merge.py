@@ -37,14 +37,16 @@ def merge_rows(
     limit: int,
     updates: dict[int, bytes],
     max_bytes: int | None = None,
+    slack: int = 0,
 ) -> list[StoredMessage]:
     """Database rows and memory adds in delivery order, each ID once, at most ``limit``
     and bounded by ``max_bytes`` (:func:`~mqstore.store.model.within_bytes`).
 
-    When ``db`` may have stopped short (``limit`` rows, or as many bytes as the bound), no
-    memory add sorting after its last row is returned: a database row may lie between."""
+    When ``db`` may have stopped short (``limit`` rows, or as many bytes as the bound its
+    query had: ``max_bytes + slack``), no memory add sorting after its last row is
+    returned: a database row may lie between."""
     stopped_short = len(db) >= limit or (
-        max_bytes is not None and sum(len(r.msg) for r in db) >= max_bytes
+        max_bytes is not None and sum(len(r.msg) for r in db) >= max_bytes + slack
     )
     by_id: dict[int, StoredMessage] = {}
     for row in db:
@@ -112,6 +114,16 @@ class DatabaseView:
             max_bytes=NO_BYTE_BOUND if max_bytes is None else max_bytes,
         )
         return self._rows(sql, params)
+
+    def shrinkage(self, updates: dict[int, bytes]) -> int:
+        """How many bytes the rewritten bodies ``updates`` (ID -> new body) of rows have
+        less than the stored ones: a byte-bounded query of stored sizes, its bound raised
+        by that, returns every row the bound holds at the new sizes (and maybe more)."""
+        if not updates:
+            return 0
+        sql = f"SELECT id, octet_length(msg) FROM {self.m} WHERE id = ANY({_IDS})"
+        rows = self._read(lambda c: c.execute(sa.text(sql), {"excl": list(updates)}).all())
+        return sum(max(0, int(r[1] or 0) - len(updates[int(r[0])])) for r in rows)
 
     def count(self, container: str, excl: list[int], floors: dict[int, int] | None = None) -> int:
         """Visible rows of a container (above per-priority floors), removed IDs left out."""

@@ -22,6 +22,7 @@ from mqstore.statements import bytes_bounded_expiry
 from mqstore.store.model import (
     FIRST,
     NO_BOUND,
+    NO_BYTE_BOUND,
     Cursor,
     StoredMessage,
     StoreStats,
@@ -45,6 +46,10 @@ def _expired_sql(msgs: str) -> TextClause:
             candidates=True,
         )
     )
+
+
+def _plus(max_bytes: int | None, slack: int) -> int | None:
+    return None if max_bytes is None else max_bytes + slack
 
 
 class MergedReads:
@@ -87,19 +92,35 @@ class MergedReads:
     ) -> list[StoredMessage]:
         cursor = after or FIRST
         bound, mem, excl, purged, upd = self._snapshot(container, cursor, limit)
-        db = [] if purged else self.db.page(container, cursor, limit, bound, excl, max_bytes)
-        return merge_rows(db, mem, limit, upd, max_bytes)
+        if purged:
+            return merge_rows([], mem, limit, upd, max_bytes)
+        slack = self._slack(max_bytes, upd)
+        db = self.db.page(container, cursor, limit, bound, excl, _plus(max_bytes, slack))
+        return merge_rows(db, mem, limit, upd, max_bytes, slack)
+
+    def _slack(self, max_bytes: int | None, updates: dict[int, bytes]) -> int:
+        """What a byte-bounded database read adds to its bound: the window's rewritten
+        bodies count at their new sizes, the database's query counts the stored ones."""
+        return 0 if max_bytes is None else self.db.shrinkage(updates)
 
     def _expired_in_database(
-        self, now_ms: int, limit: int, removed: list[int], purged: list[str], max_bytes: int
+        self,
+        now_ms: int,
+        limit: int,
+        removed: list[int],
+        purged: list[str],
+        max_bytes: int | None,
+        updates: dict[int, bytes],
     ) -> tuple[list[StoredMessage], bool]:
         """Expired database rows by (EXPIRATION, ID), removed IDs and purged containers left
-        out, bounded by ``limit`` and ``max_bytes`` as in ``PostgresStore.expire``; and
-        whether rows after the last one were left out (by either bound)."""
+        out, bounded by ``limit`` and ``max_bytes`` as in ``PostgresStore.expire`` (raised
+        by what the ``updates`` of the window shrank: the caller bounds again); and whether
+        rows after the last one were left out (by either bound)."""
+        bound = _plus(max_bytes, self._slack(max_bytes, updates))
         params = {
             "now": now_ms,
             "limit": limit,
-            "max_bytes": max_bytes,
+            "max_bytes": NO_BYTE_BOUND if bound is None else bound,
             "excl": removed,
             "purged": purged,
         }
@@ -206,12 +227,13 @@ class MergedReads:
         floors = found[1]
         cursor = after or FIRST
         bound, mem, excl, purged, upd = self._snapshot(key.container, cursor, limit, floors)
-        db = (
-            []
-            if purged
-            else self.db.page(key.container, cursor, limit, bound, excl, max_bytes, floors)
+        if purged:
+            return merge_rows([], mem, limit, upd, max_bytes)
+        slack = self._slack(max_bytes, upd)
+        db = self.db.page(
+            key.container, cursor, limit, bound, excl, _plus(max_bytes, slack), floors
         )
-        return merge_rows(db, mem, limit, upd, max_bytes)
+        return merge_rows(db, mem, limit, upd, max_bytes, slack)
 
     def pending_count(self, key: SubscriptionKey) -> int:
         found = self._positions(key)

@@ -65,7 +65,6 @@ from mqstore.errors import (
 )
 from mqstore.store.model import (
     EXPIRE_MAX_BYTES,
-    NO_BYTE_BOUND,
     Ack,
     Batch,
     NewMessage,
@@ -769,7 +768,18 @@ class JournaledStore(MergedReads):
         self._through(lambda: self.pg.xa_rollback(xid))
 
     def xa_recover(self) -> list[PreparedTransaction]:
-        return self.pg.xa_recover()
+        """The database's prepared transactions, their rows with the bodies the window
+        rewrote (an update reaches prepared rows too), as reads show them."""
+        with self._lock:  # before the read: a checkpoint meanwhile wrote them to its rows
+            updates = {i: body for i, (_c, body) in self._state.updates.items()}
+        found = self.pg.xa_recover()
+        if not updates:
+            return found
+
+        def rewritten(rows: tuple[StoredMessage, ...]) -> tuple[StoredMessage, ...]:
+            return tuple(replace(m, msg=updates[m.id]) if m.id in updates else m for m in rows)
+
+        return [replace(t, adds=rewritten(t.adds), removes=rewritten(t.removes)) for t in found]
 
     # ------------------------------------------------------------------ maintenance
     def cleanup(self) -> int:
@@ -813,10 +823,9 @@ class JournaledStore(MergedReads):
             # In-flight adds may be rows already: they are read from memory only.
             removed = list(state.removed) + state.in_flight_live()
             purged = list(state.purged)
-        bound = NO_BYTE_BOUND if max_bytes is None else max_bytes
-        db, cut = self._expired_in_database(now_ms, limit, removed, purged, bound)
-        with self._lock:  # database rows carry the bodies the window rewrote, as reads do
-            updates = {m.id: state.updates[m.id][1] for m in db if m.id in state.updates}
+            # database rows carry the bodies the window rewrote, as reads do
+            updates = {i: body for i, (_c, body) in state.updates.items()}
+        db, cut = self._expired_in_database(now_ms, limit, removed, purged, max_bytes, updates)
         db = [replace(m, msg=updates[m.id]) if m.id in updates else m for m in db]
         rows = sorted(mem + db, key=lambda m: (m.expiration, m.id))
         if cut and db:  # a database row left out may sort before a later memory add

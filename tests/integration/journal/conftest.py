@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from journal.format import Position
 from journal.store import JournaledStore
-from mqstore.store import PostgresStore
-from tests.integration.conftest import msg
+from mqstore.schema import build_schema
+from mqstore.store import PostgresStore, Store, StoredMessage
+from tests.integration.conftest import StoreFactory, msg
 
 JournaledFactory = Callable[..., JournaledStore]
 
@@ -59,3 +62,74 @@ def crashed_journal(
         ends.append(store.journal.position)
     store.stop(checkpoint=False)
     return ends
+
+
+@dataclass
+class Subject:
+    """A store under a differential scenario: "postgres", "journaled" (everything left in
+    the window) or "checkpointed" (``settle`` checkpoints); ``reopen`` restarts it on the
+    same tables (journaled: stopped without a checkpoint, so the next start replays)."""
+
+    store: Store
+    settle: Callable[[], None]
+    reopen_store: Callable[[], Store]
+    engine: Engine
+    kwargs: dict[str, object] = field(default_factory=dict)
+
+    def reopen(self) -> None:
+        self.store = self.reopen_store()
+
+    def history(self) -> list[tuple[int, str]]:
+        """(ID, outcome) of every history row, once everything reached the database."""
+        if isinstance(self.store, JournaledStore):
+            self.store.checkpoint()
+        h = build_schema("").history
+        stmt = sa.select(h.c.id, h.c.outcome).order_by(h.c.id)
+        with self.engine.connect() as conn:
+            return [(int(r[0]), str(r[1])) for r in conn.execute(stmt)]
+
+    def history_bodies(self) -> dict[int, bytes | None]:
+        """ID -> MSG of every history row, once everything reached the database."""
+        if isinstance(self.store, JournaledStore):
+            self.store.checkpoint()
+        h = build_schema("").history
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(h.c.id, h.c.msg)).all()
+        return {int(r[0]): None if r[1] is None else bytes(r[1]) for r in rows}
+
+
+@pytest.fixture(params=["postgres", "journaled", "checkpointed"])
+def subject(
+    request: pytest.FixtureRequest,
+    engine: Engine,
+    make_store: StoreFactory,
+    make_journaled: JournaledFactory,
+) -> Callable[..., Subject]:
+    def build(**kwargs: object) -> Subject:
+        if request.param == "postgres":
+            holder: list[Store] = [make_store(**kwargs)]
+
+            def reopen_pg() -> Store:
+                holder[0].stop()
+                holder[0] = make_store(**kwargs)
+                return holder[0]
+
+            return Subject(holder[0], lambda: None, reopen_pg, engine, kwargs)
+        journaled: list[JournaledStore] = [make_journaled(**kwargs)]
+
+        def settle() -> None:
+            if request.param == "checkpointed":
+                journaled[0].checkpoint()
+
+        def reopen_journal() -> Store:
+            journaled[0].stop(checkpoint=False)  # what a crash leaves: replayed on start
+            journaled[0] = make_journaled(**kwargs)
+            return journaled[0]
+
+        return Subject(journaled[0], settle, reopen_journal, engine, kwargs)
+
+    return build
+
+
+def seqs(rows: list[StoredMessage]) -> list[int | None]:
+    return [r.msgid_seq for r in rows]

@@ -8,89 +8,18 @@ one on the same tables (and, journaled, on the same journal, left to replay).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from journal.store import JournaledStore
 from mqstore.errors import InvalidMessageError, MessageNotFoundError, TransactionError
-from mqstore.schema import build_schema
-from mqstore.store import Ack, Batch, Outcome, Removal, Store, StoredMessage, SubscriptionKey, Xid
-from tests.integration.conftest import StoreFactory, msg
-from tests.integration.journal.conftest import JournaledFactory
+from mqstore.store import Ack, Batch, Outcome, Removal, SubscriptionKey, Xid
+from tests.integration.conftest import msg
+from tests.integration.journal.conftest import Subject, seqs
 
 Q = "queue://orders"
 Q2 = "queue://other"
 T = "topic://prices"
-
-
-@dataclass
-class Subject:
-    store: Store
-    settle: Callable[[], None]
-    reopen_store: Callable[[], Store]
-    engine: Engine
-    kwargs: dict[str, object] = field(default_factory=dict)
-
-    def reopen(self) -> None:
-        self.store = self.reopen_store()
-
-    def history(self) -> list[tuple[int, str]]:
-        """(ID, outcome) of every history row, once everything reached the database."""
-        if isinstance(self.store, JournaledStore):
-            self.store.checkpoint()
-        h = build_schema("").history
-        stmt = sa.select(h.c.id, h.c.outcome).order_by(h.c.id)
-        with self.engine.connect() as conn:
-            return [(int(r[0]), str(r[1])) for r in conn.execute(stmt)]
-
-    def history_bodies(self) -> dict[int, bytes | None]:
-        """ID -> MSG of every history row, once everything reached the database."""
-        if isinstance(self.store, JournaledStore):
-            self.store.checkpoint()
-        h = build_schema("").history
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(h.c.id, h.c.msg)).all()
-        return {int(r[0]): None if r[1] is None else bytes(r[1]) for r in rows}
-
-
-@pytest.fixture(params=["postgres", "journaled", "checkpointed"])
-def subject(
-    request: pytest.FixtureRequest,
-    engine: Engine,
-    make_store: StoreFactory,
-    make_journaled: JournaledFactory,
-) -> Callable[..., Subject]:
-    def build(**kwargs: object) -> Subject:
-        if request.param == "postgres":
-            holder: list[Store] = [make_store(**kwargs)]
-
-            def reopen_pg() -> Store:
-                holder[0].stop()
-                holder[0] = make_store(**kwargs)
-                return holder[0]
-
-            return Subject(holder[0], lambda: None, reopen_pg, engine, kwargs)
-        journaled: list[JournaledStore] = [make_journaled(**kwargs)]
-
-        def settle() -> None:
-            if request.param == "checkpointed":
-                journaled[0].checkpoint()
-
-        def reopen_journal() -> Store:
-            journaled[0].stop(checkpoint=False)  # what a crash leaves: replayed on start
-            journaled[0] = make_journaled(**kwargs)
-            return journaled[0]
-
-        return Subject(journaled[0], settle, reopen_journal, engine, kwargs)
-
-    return build
-
-
-def seqs(rows: list[StoredMessage]) -> list[int | None]:
-    return [r.msgid_seq for r in rows]
 
 
 def test_a_subscription_made_after_an_ack_past_the_newest_message_gets_later_messages(
