@@ -65,16 +65,19 @@ def row_lock_held(conn: Connection, schema: StoreSchema) -> bool | None:
     rolled back at once; None when the session may not lock rows (a read-only role or
     standby) and so cannot tell."""
     row = sa.select(schema.lock.c.id).where(schema.lock.c.id == 1)
+    probe = conn.begin_nested()
     try:
-        with conn.begin_nested():
-            conn.execute(sa.text(f"SET LOCAL lock_timeout = {_PROBE_WAIT_MS}"))
-            conn.execute(row.with_for_update(key_share=True))
+        conn.execute(sa.text(f"SET LOCAL lock_timeout = {_PROBE_WAIT_MS}"))
+        conn.execute(row.with_for_update(key_share=True))
     except DBAPIError as exc:
         if sqlstate(exc) == LOCK_NOT_AVAILABLE:
             return True
         if exc.connection_invalidated:
             raise
         return None
+    finally:  # gives back the row lock and the timeout, whatever the caller does next
+        if probe.is_active:
+            probe.rollback()
     return False
 
 

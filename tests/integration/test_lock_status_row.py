@@ -11,6 +11,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from mqstore.lock import describe_lock
+from mqstore.schema import build_schema
+
 ROW_LOCKED = "held by a row-lock master"
 
 
@@ -55,3 +58,19 @@ def test_a_session_that_may_not_lock_rows_says_it_cannot_see_a_row_lock(dsn: str
     status, state = _lock_states(read_only)
     assert "free" in status and "cannot be seen" in status, status
     assert state.startswith("free") and "cannot be seen" in state, state
+
+
+def test_describing_the_lock_leaves_the_row_free_on_a_connection_kept_open(
+    engine: Engine,
+) -> None:
+    """``describe_lock`` probes the row with a lock it gives back at once: a program that
+    keeps its connection (and transaction) open holds nothing, and a broker can take the
+    lease meanwhile."""
+    with engine.connect() as conn:
+        _, state = describe_lock(conn, build_schema(""))
+        assert state == "free"
+        assert conn.execute(sa.text("SHOW lock_timeout")).scalar_one() == "0"
+        with engine.connect() as broker:
+            broker.execute(sa.text("SET lock_timeout = 2000"))
+            broker.execute(sa.text("UPDATE activemq_lock SET broker_name = 'b' WHERE id = 1"))
+            broker.rollback()
