@@ -307,7 +307,7 @@ def db_adopt(
 def db_status(
     dsn: DsnOpt = None, table_prefix: PrefixOpt = None, data_dir: DataDirOpt = None
 ) -> None:
-    """Row counts of the ActiveMQ tables, the lock holder and the schema revision."""
+    """Row counts of the ActiveMQ tables, who holds the lock and the schema revision."""
     _run(lambda: _status_table(_settings_to_read(dsn, table_prefix, data_dir)))
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from mqstore.drift import schema_differences, type_name
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
+from mqstore.lock.status import describe_lock, find_lock
 from mqstore.migration_guards import (
     BROKER_PRIVILEGES,
     database_errors,
@@ -275,7 +276,8 @@ class TableStatus:
 
 
 def table_status(engine: Engine, prefix: str = "") -> list[TableStatus]:
-    """Row counts of the three ActiveMQ tables and the lock holder."""
+    """Row counts of the three ActiveMQ tables, and who holds the lock (a lease, or a
+    row-lock master: :func:`mqstore.lock.describe_lock`)."""
     schema = build_schema(prefix)
     out: list[TableStatus] = []
     with engine.connect() as conn:
@@ -286,10 +288,9 @@ def table_status(engine: Engine, prefix: str = "") -> list[TableStatus]:
                 continue
             rows = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
             detail = ""
-            if table is schema.lock:
-                row = conn.execute(sa.select(table.c.time, table.c.broker_name)).first()
-                if row is not None:
-                    detail = f"holder={row.broker_name} lease_until={row.time}"
+            if table is schema.lock and find_lock(conn, schema) is not None:
+                lock, state = describe_lock(conn, schema)
+                detail = f"{state} (holder={lock.broker_name} lease_until={lock.time})"
             out.append(TableStatus(table.name, True, int(rows), detail))
     return out
 
