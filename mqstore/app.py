@@ -197,7 +197,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         store_usage_limit=settings.store_usage_mb * 1024 * 1024,
         producer_block_timeout=_seconds(settings.store_full_wait_ms),
         memory_block_timeout=_seconds(settings.memory_full_wait_ms),
-        cleanup_interval=settings.cleanup_interval_s,
+        cleanup_interval=0,  # the store runs it (and the history trim) on its own thread
         expiry_batch=settings.expiry_batch,
     )
 

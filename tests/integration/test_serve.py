@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from mqstore import app, migrate
 from mqstore.broker import Broker, BrokerConfig
 from mqstore.settings import load_settings
-from mqstore.store import Store
+from mqstore.store import PostgresStore, Store
 
 
 def _free_port() -> int:
@@ -84,10 +84,12 @@ def test_serve_hands_the_broker_settings_to_the_broker(
 ) -> None:
     migrate.upgrade(empty_engine)
     configs: list[BrokerConfig] = []
+    stores: list[Store] = []
 
     class Recording(Broker):
         def __init__(self, store: Store, config: BrokerConfig) -> None:
             configs.append(config)
+            stores.append(store)
             super().__init__(store, config)
 
     def no_loop(main: Coroutine[Any, Any, None], kind: str) -> None:
@@ -98,7 +100,7 @@ def test_serve_hands_the_broker_settings_to_the_broker(
     users = tmp_path / "users.properties"
     users.write_text("# logins\napp = s3cret\nops=pw=with=equals\n")
     env = {
-        "MQSTORE_CLEANUP_INTERVAL_S": "0",
+        "MQSTORE_CLEANUP_INTERVAL_S": "5",
         "MQSTORE_EXPIRY_BATCH": "7",
         "MQSTORE_MAX_MESSAGE_BYTES": str(20 * 1024 * 1024),
         "MQSTORE_USERS_FILE": str(users),
@@ -115,7 +117,10 @@ def test_serve_hands_the_broker_settings_to_the_broker(
         monkeypatch.setenv(name, value)
     app.serve(load_settings(dsn=empty_dsn, journal=False, lock="none"), "127.0.0.1", 0)
     [config] = configs
+    # the store cleans itself, once per interval: the broker does not repeat it
     assert config.cleanup_interval == 0 and config.expiry_batch == 7
+    [store] = stores
+    assert isinstance(store, PostgresStore) and store.cleanup_interval_s == 5
     assert config.limits.max_frame_size > 20 * 1024 * 1024  # a 20 MiB message fits a frame
     assert config.users == {"app": "s3cret", "ops": "pw=with=equals"}
     assert config.queue_prefetch == 10 and config.heartbeat_ms == (0, 0)
