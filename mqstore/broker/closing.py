@@ -19,6 +19,9 @@ async def close_after_output(
     one. So when the peer has not closed its side, end the output first (the peer reads
     everything, then end-of-file) and drop what it still sends until it closes, for at most
     ``linger`` seconds. (A TLS connection cannot end its output alone: it is closed at once.)
+    Then the output left is sent as long as the peer takes some of it every ``linger``
+    seconds; a peer that stopped reading is dropped with the rest (else its socket and
+    buffer would be held for ever).
     """
     try:
         open_both_ways = not (writer.transport.is_closing() or reader.at_eof())
@@ -31,7 +34,24 @@ async def close_after_output(
         pass
     try:
         writer.close()
-        async with asyncio.timeout(1.0):
-            await writer.wait_closed()
-    except (TimeoutError, Exception):
+        await _closed(writer, linger)
+    except Exception:
         pass
+
+
+async def _closed(writer: asyncio.StreamWriter, linger: float) -> None:
+    """Wait until ``writer``'s socket is closed, while its unsent output shrinks at least
+    every ``linger`` seconds; abort it (dropping that output) once it does not."""
+    transport = writer.transport
+    left = transport.get_write_buffer_size()
+    while True:
+        try:
+            async with asyncio.timeout(linger):
+                await writer.wait_closed()
+            return
+        except TimeoutError:
+            now = transport.get_write_buffer_size()
+            if not 0 < now < left:
+                transport.abort()
+                return
+            left = now

@@ -219,6 +219,8 @@ class Connection(Handlers):
 
     async def _read_loop(self) -> None:
         cfg = self.broker.config
+        # counted from the connection, not per read: trickled bytes do not extend it
+        connect_by = self._loop.time() + cfg.connect_timeout
         while not self.closing:
             # A client that sends but does not read its replies waits here (TCP pushes back)
             # instead of growing the queue of RECEIPT frames without bound.
@@ -226,7 +228,7 @@ class Connection(Handlers):
                 self._room_event.clear()
                 await self._room_event.wait()
             if not self.connected:
-                timeout: float | None = cfg.connect_timeout
+                timeout: float | None = max(connect_by - self._loop.time(), 0.0)
             else:
                 timeout = self.recv_interval * cfg.heartbeat_grace if self.recv_interval else None
             try:
@@ -236,8 +238,14 @@ class Connection(Handlers):
                     async with asyncio.timeout(timeout):
                         data = await self.reader.read(65536)
             except TimeoutError:
-                what = "CONNECT frame" if not self.connected else "heart-beat or frame"
-                self.error(f"no {what} received within {timeout:.1f} s; closing the connection")
+                if self.connected:
+                    what = f"heart-beat or frame received within {timeout:.1f} s"
+                else:
+                    what = (
+                        f"CONNECT frame received within {cfg.connect_timeout:.1f} s of "
+                        "connecting (connect_timeout): send the whole CONNECT frame first"
+                    )
+                self.error(f"no {what}; closing the connection")
                 return
             except (ConnectionError, OSError):
                 return
