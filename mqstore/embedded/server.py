@@ -53,6 +53,8 @@ from mqstore.errors import DatabaseUnavailableError
 log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 60
+#: How long a start stopped by a signal looks for a server pg_ctl forked before it died.
+_APPEARING_S = 5.0
 #: ``postmaster.pid`` statuses of a server that takes no connections yet: "standby" is a
 #: recovery with hot_standby off, which ``pg_ctl start -w`` takes for started.
 _STARTING = ("", "starting", "standby")
@@ -104,7 +106,7 @@ class EmbeddedPostgres:
                         running = self._start_server(bin_dir)
                     except DatabaseUnavailableError:
                         if held:  # pg_ctl died of the same Ctrl-C; the server may go on
-                            self._stop_server()
+                            self._stop_server(appearing_s=_APPEARING_S)
                         raise
                     self._use()
             else:
@@ -350,8 +352,15 @@ class EmbeddedPostgres:
             else:
                 os.close(start_lock)
 
-    def _stop_server(self) -> None:
+    def _stop_server(self, *, appearing_s: float = 0.0) -> None:
+        """Stop the server running on the data directory. ``appearing_s``: how long to wait
+        for the ``postmaster.pid`` of one that may have just been forked (a ``pg_ctl start``
+        killed by a signal can leave a server that has not written it yet)."""
         info = Postmaster.read(self.data_dir)
+        deadline = time.monotonic() + appearing_s
+        while info is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            info = Postmaster.read(self.data_dir)
         if info is None or not serves(info.pid, self.data_dir):
             return
         bin_dir = binaries_dir()
