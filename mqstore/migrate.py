@@ -412,6 +412,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
                 "these tables differ from ActiveMQ 5.x JDBC store tables in ways adopt does not "
                 "repair, nothing was changed: " + "; ".join(drift)
             )
+        _warn_selectors(conn, schema, report)
         for table in (schema.msgs, schema.acks, schema.lock):
             count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
             report.rows[table.name] = int(count)
@@ -440,6 +441,34 @@ def _refuse_acks_lost_to_another_prefix(
         f"it because {owner}'s key already holds the name pk_activemq_acks (ActiveMQ leaves "
         f"the prefix out of it). Run {first} first (it renames that key), restart this "
         "prefix's ActiveMQ broker so it creates its ACKS table, then adopt again"
+    )
+
+
+#: At most this many subscriptions with a selector are named in adopt's warning.
+SELECTORS_LISTED = 10
+
+
+def _warn_selectors(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:
+    """Durable subscriptions with a SELECTOR are kept, but `mqstore serve` does not evaluate
+    selectors and refuses to resume them: name them (in ``report.actions``, which the CLI
+    prints), and say what to do."""
+    a = schema.acks.c
+    rows = conn.execute(
+        sa.select(a.container, a.client_id, a.sub_name, sa.func.max(a.selector))
+        .where(a.selector.is_not(None), a.priority < 10, a.container.like("topic://%"))
+        .group_by(a.container, a.client_id, a.sub_name)
+        .order_by(a.container, a.client_id, a.sub_name)
+    ).all()
+    if not rows:
+        return
+    named = "; ".join(f"{r[0]} {r[1]}/{r[2]} selector {r[3]!r}" for r in rows[:SELECTORS_LISTED])
+    more = f"; and {len(rows) - SELECTORS_LISTED} more" if len(rows) > SELECTORS_LISTED else ""
+    report.actions.append(
+        f"warning: {len(rows)} durable subscription(s) have a message selector, which "
+        f"mqstore's broker does not evaluate: {named}{more}. `mqstore serve` refuses to "
+        "resume them and keeps their messages stored: consume them with ActiveMQ first, or "
+        "delete them (STOMP UNSUBSCRIBE with activemq.subscriptionName) and subscribe again "
+        "without a selector"
     )
 
 

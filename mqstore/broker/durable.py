@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mqstore.broker.by_priority import IdsByPriority
-from mqstore.broker.messages import BrokerMessage, UnrenderableError
+from mqstore.broker.messages import BrokerMessage, UnrenderableError, stomp_name
 from mqstore.broker.paging import LeftToPage, Window
 from mqstore.broker.subscriptions import Consumer, Delivery, delivery_order
 from mqstore.broker.writer import Op
@@ -35,9 +35,18 @@ log = logging.getLogger(__name__)
 class DurableSub:
     """One durable subscription (client id + subscription name on a topic)."""
 
-    def __init__(self, topic: Topic, key: SubscriptionKey, last_acked: int, backlog: int) -> None:
+    def __init__(
+        self,
+        topic: Topic,
+        key: SubscriptionKey,
+        last_acked: int,
+        backlog: int,
+        selector: str | None = None,
+    ) -> None:
         self.topic = topic
         self.key = key
+        #: the SELECTOR column (ActiveMQ made it): not evaluated here, so never resumed
+        self.selector = selector
         self.container = key.container
         self.consumer: Consumer | None = None
         self.pending: deque[BrokerMessage] = deque()
@@ -72,6 +81,23 @@ class DurableSub:
     @property
     def active(self) -> bool:
         return self.consumer is not None
+
+    def selector_refusal(self, doing: str) -> str | None:
+        """Why ``doing`` (a SUBSCRIBE) is refused when the subscription has a selector: this
+        broker does not evaluate selectors, so resuming it would deliver the messages the
+        selector excludes (ActiveMQ replaces it, dropping its messages; mqstore keeps them)."""
+        if self.selector is None:
+            return None
+        key = self.key
+        return (
+            f"{doing}: durable subscription {key.sub_name!r} of client {key.client_id!r} on "
+            f"{key.container} has the message selector {self.selector!r} (ActiveMQ stored "
+            "it), and this broker does not evaluate selectors: it would deliver the "
+            "messages the selector excludes. Its stored messages stay stored. Consume it "
+            "with ActiveMQ, or delete it (UNSUBSCRIBE with destination "
+            f"{stomp_name(key.container)} and activemq.subscriptionName {key.sub_name!r}; "
+            "its stored messages go with it) and subscribe again without a selector"
+        )
 
     def acked_upto(self, prio: int) -> int:
         """LAST_ACKED_ID of the ``prio`` row: every message of it up to there is acked."""

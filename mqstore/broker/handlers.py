@@ -252,9 +252,9 @@ class Handlers:
         ack = frame.get("ack", "auto")
         if ack not in ACK_MODES:
             raise _error(f"unknown ack mode {ack!r}; use auto, client or client-individual")
-        if frame.get("selector"):
-            raise _error("message selectors are not supported by this broker")
         name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
+        if frame.get("selector"):
+            raise _error(_no_selectors(name))
         is_topic = container.startswith("topic://")
         if name and not is_topic:
             raise _error(
@@ -563,6 +563,18 @@ def for_client(exc: BaseException) -> str:
         log.warning("journal: %s", exc)
         return "the broker's journal took no write (its disk full, or failed); try again later"
     return str(exc)
+
+
+def _no_selectors(durable: str | None) -> str:
+    """The refusal of a SUBSCRIBE with a selector (of durable subscription ``durable``)."""
+    if not durable:
+        return "message selectors are not supported by this broker"
+    return (
+        "message selectors are not supported by this broker, so durable subscription "
+        f"{durable!r} cannot be resumed with one: if ActiveMQ stored it with this selector, "
+        "consume it with ActiveMQ, or delete it (UNSUBSCRIBE with activemq.subscriptionName; "
+        "its stored messages go with it) and subscribe again without a selector"
+    )
 
 
 def _authentic(users: dict[str, str], login: str | None, passcode: str | None) -> bool:

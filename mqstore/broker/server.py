@@ -120,7 +120,16 @@ class Broker:
         for sub in await asyncio.to_thread(store.subscriptions):
             backlog = await asyncio.to_thread(store.pending_count, sub.key)
             topic = self.topic(sub.container)
-            topic.durables[sub.key] = DurableSub(topic, sub.key, sub.last_acked_id, backlog)
+            durable = DurableSub(topic, sub.key, sub.last_acked_id, backlog, sub.selector)
+            topic.durables[sub.key] = durable
+            if sub.selector is not None:
+                log.warning(
+                    "durable subscription %r of client %r on %s has the message selector %r, "
+                    "which this broker does not evaluate: a SUBSCRIBE that resumes it is "
+                    "refused; its %d stored message(s) are kept (consume it with ActiveMQ, or "
+                    "delete it with UNSUBSCRIBE)",
+                    sub.key.sub_name, sub.key.client_id, sub.container, sub.selector, backlog,
+                )  # fmt: skip
 
     async def stop(self) -> None:
         """Stop accepting, let connections finish in-flight work, close them, flush the store."""
@@ -450,7 +459,11 @@ class Broker:
             row = await asyncio.to_thread(self.store.add_subscription, key)
             sub = topic.durables.get(key)
             if sub is None:
-                sub = topic.durables[key] = DurableSub(topic, key, row.last_acked_id, 0)
+                sub = DurableSub(topic, key, row.last_acked_id, 0, row.selector)
+                topic.durables[key] = sub
+        refusal = sub.selector_refusal(f"SUBSCRIBE to {stomp_name(container)} refused")
+        if refusal is not None:
+            raise ProtocolError(refusal)
         if not await self.wait_detached(sub):
             raise ProtocolError(
                 f"durable subscription {durable!r} of client {client_id!r} already has an "
@@ -489,6 +502,13 @@ class Broker:
             for old, sub in list(topic.durables.items()):
                 if (old.client_id, old.sub_name) != (key.client_id, key.sub_name):
                     continue
+                doing = (
+                    f"SUBSCRIBE to {stomp_name(key.container)} refused (it would move the "
+                    f"subscription there, deleting the one on {old.container})"
+                )
+                refusal = sub.selector_refusal(doing)
+                if refusal is not None:
+                    raise ProtocolError(refusal)
                 if not await self.wait_detached(sub):
                     raise ProtocolError(
                         f"durable subscription {key.sub_name!r} of client {key.client_id!r} "
