@@ -234,12 +234,27 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("max_message_bytes")
+    @classmethod
+    def _check_max_message_bytes(cls, value: int) -> int:
+        """Refused here, before ``serve`` starts and migrates an embedded server for a
+        store that would refuse it (see ``PostgresStore``)."""
+        from mqstore.store.postgres import MAX_BODY_BYTES
+
+        if value > MAX_BODY_BYTES:
+            raise ValueError(
+                f"{value} is more than PostgreSQL can hand back in one value (it reads "
+                f"BYTEA hex-encoded, under 1 GiB): set at most {MAX_BODY_BYTES} (511 MiB)"
+            )
+        return value
+
     @model_validator(mode="after")
     def _check_lease(self) -> Settings:
         if self.lock == "lease" and self.renew_ms >= self.lease_ms:
-            raise ValueError(
-                f"renew_ms ({self.renew_ms}) must be shorter than lease_ms ({self.lease_ms}), "
-                "or the lease lapses between renewals; e.g. lease_ms=10000 renew_ms=5000"
+            raise ValueError(  # named as set: these two are environment variables only
+                f"MQSTORE_RENEW_MS ({self.renew_ms}) must be shorter than MQSTORE_LEASE_MS "
+                f"({self.lease_ms}), or the lease lapses between renewals; e.g. "
+                "MQSTORE_LEASE_MS=10000 MQSTORE_RENEW_MS=5000"
             )
         return self
 
@@ -283,5 +298,8 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(f"{_source(err['loc'], given)}: {err['msg']}" for err in exc.errors())
+        problems = "; ".join(
+            f"{_source(err['loc'], given)}: {err['msg']}" if err["loc"] else err["msg"]
+            for err in exc.errors()  # one about two settings names them itself
+        )
         raise ConfigError(f"invalid configuration: {problems}") from None
