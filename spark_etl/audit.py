@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from mqstore.archive import has_identity, read_watermarks
@@ -75,14 +75,26 @@ def _age(timestamp: str, now_ms: int) -> Column:
 
 
 def destination_stats(msgs: DataFrame, now_ms: int) -> DataFrame:
-    """Per destination: depth, oldest/newest timestamp, age percentiles and age buckets."""
-    aged = msgs.withColumn("age_ms", _age("timestamp", now_ms))
+    """Per destination: depth, XA-prepared rows, oldest/newest timestamp, age percentiles and
+    age buckets.
+
+    ``depth`` counts the rows without an ``XID``, as ActiveMQ's message count
+    (``destinationMessageCountStatement``) and ``mqstore stats`` do; ``prepared`` counts the
+    rows with one (XA-prepared adds and removals, in doubt until their transaction ends),
+    which the ages and buckets leave out too. A destination holding only prepared rows is
+    listed with depth 0.
+    """
+    visible = sf.col("xid").isNull()
+    aged = msgs.withColumn("age_ms", sf.when(visible, _age("timestamp", now_ms)))
     bucket = sf.lit(AGE_BUCKETS[-1][0])
     for label, bound in reversed(AGE_BUCKETS[:-1]):
         assert bound is not None
         bucket = sf.when(sf.col("age_ms") < bound, label).otherwise(bucket)
     aged = aged.withColumn(
-        "bucket", sf.when(sf.col("age_ms").isNull(), "unknown").otherwise(bucket)
+        "bucket",
+        sf.when(~visible, sf.lit(None))
+        .when(sf.col("age_ms").isNull(), "unknown")
+        .otherwise(bucket),
     )
     buckets = [
         sf.sum(sf.when(sf.col("bucket") == label, 1).otherwise(0)).alias(f"age{label}")
@@ -91,9 +103,12 @@ def destination_stats(msgs: DataFrame, now_ms: int) -> DataFrame:
     return (
         aged.groupBy(sf.col("container").alias("destination"))
         .agg(
-            sf.count("*").alias("depth"),
-            sf.min(sf.nullif(sf.col("timestamp"), sf.lit(0))).alias("oldest_timestamp"),
-            sf.max("timestamp").alias("newest_timestamp"),
+            sf.sum(sf.when(visible, 1).otherwise(0)).alias("depth"),
+            sf.sum(sf.when(visible, 0).otherwise(1)).alias("prepared"),
+            sf.min(sf.when(visible, sf.nullif(sf.col("timestamp"), sf.lit(0)))).alias(
+                "oldest_timestamp"
+            ),
+            sf.max(sf.when(visible, sf.col("timestamp"))).alias("newest_timestamp"),
             sf.percentile_approx("age_ms", 0.5).alias("age_p50_ms"),
             sf.percentile_approx("age_ms", 0.9).alias("age_p90_ms"),
             sf.max("age_ms").alias("age_max_ms"),
@@ -116,8 +131,10 @@ def durable_subscriptions(acks: DataFrame) -> DataFrame:
 def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataFrame:
     """Per durable subscription: messages after its ``LAST_ACKED_ID`` and the oldest one's age.
 
-    A subscription with one ACKS row counts every message above it; with one row per
-    priority (``prioritizedMessages``) a message counts against the row of its ``PRIORITY``.
+    A message counts against the subscription's ACKS row of its ``PRIORITY``
+    (``M.PRIORITY = D.PRIORITY``), as ``mqstore stats``, the store's delivery and ActiveMQ's
+    prioritized count match them: one row per priority with ``prioritizedMessages``, else
+    one row and ``PRIORITY`` 0 on both sides. A NULL ``LAST_ACKED_ID`` matches nothing.
     In-doubt (XA-prepared) messages are not deliverable and are not counted. An ACKS row
     with an XID is the subscription's own row holding a prepared acknowledgement (its
     LAST_ACKED_ID moves only at commit), so it counts like any other. Rows that are not
@@ -125,7 +142,6 @@ def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataF
     """
     subs = durable_subscriptions(acks)
     key = ["container", "client_id", "sub_name"]
-    subs = subs.withColumn("n_rows", sf.count("*").over(_window(key)))
     visible = msgs.where(sf.col("xid").isNull()).select(
         sf.col("container").alias("m_container"),
         sf.col("id").alias("m_id"),
@@ -134,8 +150,8 @@ def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataF
     )
     cond = (
         (visible["m_container"] == subs["container"])
-        & (visible["m_id"] > sf.coalesce(subs["last_acked_id"], sf.lit(0)))
-        & ((subs["n_rows"] == 1) | (visible["m_priority"] == subs["priority"]))
+        & (visible["m_id"] > subs["last_acked_id"])
+        & (visible["m_priority"] == subs["priority"])
     )
     pending = subs.join(visible, cond, "left")
     return (
@@ -149,10 +165,6 @@ def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataF
         )
         .orderBy(*key)
     )
-
-
-def _window(key: list[str]) -> Any:
-    return Window.partitionBy(*key)
 
 
 def expired_messages(msgs: DataFrame, now_ms: int) -> DataFrame:
@@ -288,6 +300,7 @@ def build_report(
         "thresholds": asdict(limits),
     }
     report["counts"]["messages"] = sum(d["depth"] for d in report["destinations"])
+    report["counts"]["prepared_messages"] = sum(d["prepared"] for d in report["destinations"])
     report["violations"] = check(report, limits)
     msgs.unpersist()
     return report

@@ -495,8 +495,11 @@ def audit_command(
         finally:
             _stop(spark)
     counts = report["counts"]
+    prepared = counts["prepared_messages"]
     typer.echo(
-        f"{counts['messages']} messages in {len(report['destinations'])} destinations, "
+        f"{counts['messages']} messages"
+        + (f" (and {prepared} XA-prepared)" if prepared else "")
+        + f" in {len(report['destinations'])} destinations, "
         f"{len(report['subscriptions'])} subscriptions; report: {out / 'audit.html'}"
     )
     for violation in report["violations"]:

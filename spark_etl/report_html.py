@@ -135,7 +135,10 @@ def render(report: dict[str, Any]) -> str:
         "<h2>Destinations</h2>",
         bar_chart("Depth per destination", names, {"messages": [d["depth"] for d in dests]}),
         bar_chart("Age distribution per destination", names, age_series),
-        _table(dests, ["destination", "depth", "oldest", "p50 age", "p90 age", "max age"]),
+        _table(
+            dests,
+            ["destination", "depth", "prepared", "oldest", "p50 age", "p90 age", "max age"],
+        ),
         "<h2>Durable subscriptions</h2>",
         bar_chart("Backlog per subscription", sub_names, {"pending": [s["backlog"] for s in subs]}),
         _table(
