@@ -9,7 +9,7 @@ import time
 from sqlalchemy.engine import Connection
 
 from mqstore.errors import LockError
-from mqstore.lock.lease import LeaseLocker, OwnLease
+from mqstore.lock.lease import LeaseLocker, OwnLease, same_name_hint
 from mqstore.lock.locker import Renewal
 from mqstore.lock.status import read_lock
 
@@ -65,13 +65,22 @@ class ExclusiveLease:
             now = time.monotonic()
             if give_up is None:
                 give_up = now + lease.lease_ms / 1000 + lease.poll_s
-                log.warning(
-                    "the lock %s is %s, this broker's own name: an earlier run did not release "
-                    "it (killed, or stopped while the database was unreachable); waiting for "
-                    "that lease to expire",
-                    name,
-                    status.describe(),
-                )
+                if own is OwnLease.ALIVE:
+                    log.warning(
+                        "the lock %s is %s. %s Waiting up to one lease for it to let go, in "
+                        "case it is an earlier run of this broker still stopping",
+                        name,
+                        status.describe(),
+                        same_name_hint(),
+                    )
+                else:
+                    log.warning(
+                        "the lock %s is %s, this broker's own name: an earlier run did not "
+                        "release it (killed, or stopped while the database was unreachable); "
+                        "waiting for that lease to expire",
+                        name,
+                        status.describe(),
+                    )
             elif now >= give_up:
                 raise LockError(
                     f"the lock {name} is {status.describe()}, and it was renewed for longer "

@@ -62,6 +62,32 @@ class OwnLease(enum.Enum):
     ALIVE = "alive"  # a guard session under this name is open
 
 
+def same_name_hint() -> str:
+    """Who holds a lease under this broker's own name while its guard session is open, and
+    how to tell the two brokers apart: sentences for messages that just named the holder."""
+    return (
+        "That is this broker's own name: another process uses it, a second broker on this "
+        "host (every broker on a host has the same default name, mqstore-<host name>) or one "
+        "on another host given this name. `mqstore lock status` names the holder only by it: "
+        "give each broker its own name with --broker-name (or MQSTORE_BROKER_NAME)."
+    )
+
+
+def standby_message(status: LockStatus, own: OwnLease | None) -> str:
+    """What a waiting standby logs about the lock row: who holds it and, when that is this
+    standby's own name (``own`` is then what it found out about that holder), who that is."""
+    waiting = f"waiting as slave: lock {status.describe()}"
+    if own is OwnLease.ALIVE:
+        return f"{waiting}. {same_name_hint()}"
+    if own is OwnLease.UNKNOWN:
+        return (
+            f"{waiting}. That is this broker's own name: an earlier run of this broker that "
+            "did not release it (killed, or stopped while the database was unreachable), or "
+            "another process with the same name; waiting for that lease to expire."
+        )
+    return waiting
+
+
 class LeaseLocker:
     """ActiveMQ's lease protocol.
 
@@ -124,6 +150,7 @@ class LeaseLocker:
         self._noted: tuple[str, tuple[int, int, object]] | None = None
         self._watch: Connection | None = None  # a standby's session for watching guards
         self._watch_generation = 0  # which watch session (a new one never vouches for the old)
+        self._own: OwnLease | None = None  # what the last standby check found of our own name
 
     @property
     def renew_interval_s(self) -> float:
@@ -298,14 +325,17 @@ class LeaseLocker:
         """While waiting: watch the holder's guard; take over the moment it disappears while
         the database stays up. After a database restart every session ended, a live
         master's guard too: then wait for the guard to come back, or for the lease to run
-        out as ActiveMQ does."""
+        out as ActiveMQ does. When the row names this broker, what :meth:`own_lease` found
+        is left in ``_own`` (else None) for the standby's message."""
         holder = status.broker_name
+        self._own = None
         if self._noted is not None and self._noted[0] != holder:
             self._noted = None  # the row named another holder, or none, since
         if holder is None:
             return False
         if holder == self.holder:
-            if self.own_lease(conn, status) is OwnLease.GONE:
+            self._own = own = self.own_lease(conn, status)
+            if own is OwnLease.GONE:
                 conn.rollback()
                 return self.take_over_dead(holder, "an earlier run of this broker")
             return False
@@ -327,7 +357,9 @@ class LeaseLocker:
         return False
 
     def acquire(self, stop: threading.Event) -> bool:
-        last_seen: LockStatus | None = None
+        # what was last logged: the row, or (the name, OwnLease) while it names this broker,
+        # which is logged once as a warning rather than at each of that holder's renewals
+        last_seen: object = None
         retries = RetryWarnings(log)
         try:
             while not stop.is_set():
@@ -343,11 +375,14 @@ class LeaseLocker:
                     status = read_lock(conn, self.schema)
                     if self._standby_check(conn, status):
                         return True
+                    own = None if self._own is OwnLease.GONE else self._own  # taken since
                     conn.rollback()
                     retries.succeeded()
-                    if status != last_seen:
-                        log.info("waiting as slave: lock %s", status.describe())
-                        last_seen = status
+                    seen = status if own is None else (status.broker_name, own)
+                    if seen != last_seen:
+                        level = logging.INFO if own is None else logging.WARNING
+                        log.log(level, "%s", standby_message(status, own))
+                        last_seen = seen
                 except SQLAlchemyError as exc:
                     self._drop_watch()
                     retries.failed(
