@@ -32,6 +32,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def selector_way_out(destination: str, sub_name: str) -> str:
+    """What a client can do with durable subscription ``sub_name`` of topic ``destination``
+    (its STOMP name) that ActiveMQ stored with a selector, which this broker never resumes:
+    a clause that ends every refusal of one."""
+    return (
+        "consume it with ActiveMQ, or delete it (UNSUBSCRIBE with destination "
+        f"{destination} and activemq.subscriptionName {sub_name!r}; its stored messages go "
+        "with it) and subscribe again without a selector"
+    )
+
+
 class DurableSub:
     """One durable subscription (client id + subscription name on a topic)."""
 
@@ -89,14 +100,13 @@ class DurableSub:
         if self.selector is None:
             return None
         key = self.key
+        way_out = selector_way_out(stomp_name(key.container), key.sub_name)
         return (
             f"{doing}: durable subscription {key.sub_name!r} of client {key.client_id!r} on "
             f"{key.container} has the message selector {self.selector!r} (ActiveMQ stored "
             "it), and this broker does not evaluate selectors: it would deliver the "
-            "messages the selector excludes. Its stored messages stay stored. Consume it "
-            "with ActiveMQ, or delete it (UNSUBSCRIBE with destination "
-            f"{stomp_name(key.container)} and activemq.subscriptionName {key.sub_name!r}; "
-            "its stored messages go with it) and subscribe again without a selector"
+            "messages the selector excludes. Its stored messages stay stored. "
+            f"{way_out[:1].upper()}{way_out[1:]}"
         )
 
     def acked_upto(self, prio: int) -> int:

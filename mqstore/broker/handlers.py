@@ -7,9 +7,16 @@ import hmac
 import logging
 from typing import TYPE_CHECKING
 
+from mqstore.broker.durable import selector_way_out
 from mqstore.broker.flow import Limited, waited
 from mqstore.broker.frames import Frame, FrameParser, encode_frame
-from mqstore.broker.messages import BrokerMessage, container_of, destination_options, from_send
+from mqstore.broker.messages import (
+    BrokerMessage,
+    container_of,
+    destination_options,
+    from_send,
+    stomp_name,
+)
 from mqstore.broker.subscriptions import ACK_MODES, MESSAGE_OVERHEAD, Consumer, Delivery
 from mqstore.broker.transactions import Transaction
 from mqstore.broker.writer import Op
@@ -253,9 +260,9 @@ class Handlers:
         if ack not in ACK_MODES:
             raise _error(f"unknown ack mode {ack!r}; use auto, client or client-individual")
         name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
-        if frame.get("selector"):
-            raise _error(_no_selectors(name))
         is_topic = container.startswith("topic://")
+        if frame.get("selector"):
+            raise _error(_no_selectors(stomp_name(container), name if is_topic else None))
         if name and not is_topic:
             raise _error(
                 f"cannot durably subscribe to a queue ({dest}): a durable subscription "
@@ -565,15 +572,15 @@ def for_client(exc: BaseException) -> str:
     return str(exc)
 
 
-def _no_selectors(durable: str | None) -> str:
-    """The refusal of a SUBSCRIBE with a selector (of durable subscription ``durable``)."""
+def _no_selectors(destination: str, durable: str | None) -> str:
+    """The refusal of a SUBSCRIBE with a selector to ``destination`` (its STOMP name), of
+    durable subscription ``durable`` of that topic."""
     if not durable:
         return "message selectors are not supported by this broker"
     return (
         "message selectors are not supported by this broker, so durable subscription "
         f"{durable!r} cannot be resumed with one: if ActiveMQ stored it with this selector, "
-        "consume it with ActiveMQ, or delete it (UNSUBSCRIBE with activemq.subscriptionName; "
-        "its stored messages go with it) and subscribe again without a selector"
+        + selector_way_out(destination, durable)
     )
 
 
