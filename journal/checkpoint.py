@@ -168,17 +168,22 @@ def _purge_rows(conn: Connection, pg: PostgresStore, container: str, outcome: Ou
 
 def _topic_floors(
     conn: Connection, pg: PostgresStore, topics: list[str]
-) -> dict[tuple[str, int], int]:
-    """Per (topic, priority): the lowest LAST_ACKED_ID over its subscriptions."""
+) -> dict[tuple[str, int | None], int]:
+    """The lowest LAST_ACKED_ID over a topic's subscriptions: per (topic, priority) when
+    prioritized; per (topic, None) in a plain store, whose subscriptions are at the least
+    LAST_ACKED_ID of their rows whatever the priority (as its reads and cleanup count)."""
     if not topics:
         return {}
     a = pg.schema.acks.c
+    keys = [a.container, a.priority] if pg.prioritized else [a.container]
     rows = conn.execute(
-        sa.select(a.container, a.priority, sa.func.min(a.last_acked_id))
+        sa.select(*keys, sa.func.min(a.last_acked_id))
         .where(a.container.in_(topics), a.priority < 10)
-        .group_by(a.container, a.priority)
+        .group_by(*keys)
     ).all()
-    return {(r[0], int(r[1])): int(r[2]) for r in rows if r[2] is not None}
+    if pg.prioritized:
+        return {(r[0], int(r[1])): int(r[2]) for r in rows if r[2] is not None}
+    return {(r[0], None): int(r[1]) for r in rows if r[1] is not None}
 
 
 def _write_history(conn: Connection, pg: PostgresStore, rows: list[ElidedRow]) -> None:
@@ -277,7 +282,7 @@ def apply_checkpoint(
         survivors: list[StoredMessage] = []
         by_id = sorted(state.adds.values(), key=lambda m: m.id)
         for msg in by_id:
-            floor = floors.get((msg.container, msg.priority))
+            floor = floors.get((msg.container, msg.priority if pg.prioritized else None))
             if floor is not None and msg.id <= floor:
                 elided_count += 1
                 cleaned += 1

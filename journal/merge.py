@@ -13,7 +13,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from mqstore.statements import bytes_bounded_page
+from mqstore.statements import PLAIN_AFTER, bytes_bounded_page, id_ordered_page
 from mqstore.store.model import (
     NO_BYTE_BOUND,
     Cursor,
@@ -62,12 +62,19 @@ def merge_rows(
 
 
 class DatabaseView:
-    """Queries on the wrapped store's tables (read-only)."""
+    """Queries on the wrapped store's tables (read-only).
+
+    A subscription's reads take ``floors``, its LAST_ACKED_ID per PRIORITY column value.
+    Prioritized, a row is pending above the floor of its PRIORITY, in (-PRIORITY, ID) order;
+    plain, above the least floor whatever its PRIORITY, in ID order with PRIORITY given as 0,
+    as ``PostgresStore`` reads them (:func:`mqstore.statements.statements_for`).
+    """
 
     def __init__(self, pg: PostgresStore) -> None:
         self.pg = pg
         self.m = pg.schema.msgs.name
         self.a = pg.schema.acks.name
+        self.prioritized = pg.prioritized
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         return self.pg.read(fn)  # the store's read helper maps database errors
@@ -78,6 +85,7 @@ class DatabaseView:
 
     @staticmethod
     def _floors(floors: dict[int, int] | None) -> tuple[str, dict[str, object]]:
+        """The JOIN keeping rows above the floor of their PRIORITY (prioritized)."""
         if floors is None:
             return "", {}
         join = (
@@ -98,6 +106,8 @@ class DatabaseView:
     ) -> list[StoredMessage]:
         """Visible rows after ``after`` in delivery order, removed IDs left out, bounded
         by ``limit`` and ``max_bytes``."""
+        if floors is not None and not self.prioritized:
+            return self._plain_page(container, after, limit, bound, excl, max_bytes, floors)
         join, params = self._floors(floors)
         sql = bytes_bounded_page(
             f"FROM {self.m} m{join} WHERE m.container = :container "
@@ -115,6 +125,36 @@ class DatabaseView:
         )
         return self._rows(sql, params)
 
+    def _plain_page(
+        self,
+        container: str,
+        after: Cursor,
+        limit: int,
+        bound: int,
+        excl: list[int],
+        max_bytes: int | None,
+        floors: dict[int, int],
+    ) -> list[StoredMessage]:
+        """A plain store's subscription page: rows above the least floor, in ID order."""
+        if not floors:
+            return []
+        sql = id_ordered_page(
+            self.m,
+            f"m.container = :container AND m.xid IS NULL AND m.id < :bound "
+            f"AND m.id <> ALL({_IDS}) AND {PLAIN_AFTER} AND m.id > :position",
+        )
+        params: dict[str, object] = {
+            "container": container,
+            "bound": bound,
+            "excl": excl,
+            "neg_priority": -after.priority,
+            "after_id": after.id,
+            "position": min(floors.values()),
+            "limit": limit,
+            "max_bytes": NO_BYTE_BOUND if max_bytes is None else max_bytes,
+        }
+        return self._rows(sql, params)
+
     def shrinkage(self, updates: dict[int, bytes]) -> int:
         """How many bytes the rewritten bodies ``updates`` (ID -> new body) of rows have
         less than the stored ones: a byte-bounded query of stored sizes, its bound raised
@@ -126,11 +166,18 @@ class DatabaseView:
         return sum(max(0, int(r[1] or 0) - len(updates[int(r[0])])) for r in rows)
 
     def count(self, container: str, excl: list[int], floors: dict[int, int] | None = None) -> int:
-        """Visible rows of a container (above per-priority floors), removed IDs left out."""
-        join, params = self._floors(floors)
+        """Visible rows of a container (above a subscription's ``floors``), removed IDs
+        left out."""
+        join, params = self._floors(None if not self.prioritized else floors)
+        above = ""
+        if floors is not None and not self.prioritized:
+            if not floors:
+                return 0
+            params["position"] = min(floors.values())
+            above = " AND m.id > :position"
         sql = (
             f"SELECT count(*) FROM {self.m} m{join} WHERE m.container = :container "
-            f"AND m.xid IS NULL AND m.id <> ALL({_IDS})"
+            f"AND m.xid IS NULL AND m.id <> ALL({_IDS}){above}"
         )
         params.update(container=container, excl=excl)
         return int(self._read(lambda c: c.execute(sa.text(sql), params).scalar_one()))

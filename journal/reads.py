@@ -181,7 +181,9 @@ class MergedReads:
         return sorted(found | mem)
 
     def _positions(self, key: SubscriptionKey) -> tuple[Subscription, dict[int, int]] | None:
-        """A subscription and its effective last-acked ID per column priority."""
+        """A subscription and its effective last-acked ID per column priority: plain, one
+        (priority 0), the least LAST_ACKED_ID of its rows, each advanced by its acks (an
+        ack of a plain store advances every row, so any PRIORITY it names)."""
         with self._lock:
             state = self._state
             added = state.subs_added.get(key)
@@ -197,8 +199,11 @@ class MergedReads:
             found = self.db.subscription_rows(key.container, key)
             if key not in found:
                 return None
-            sub, db_floors = found[key]
-            floors = {p: max(v, acks.get(p, -1)) for p, v in db_floors.items()}
+            sub, floors = found[key]
+            if self.pg.prioritized:
+                floors = {p: max(v, acks.get(p, -1)) for p, v in floors.items()}
+        if not self.pg.prioritized:
+            floors = {0: max(min(floors.values(), default=-1), *acks.values(), -1)}
         return (
             Subscription(sub.key, sub.selector, sub.sub_dest, min(floors.values(), default=-1)),
             floors,
@@ -256,7 +261,8 @@ class MergedReads:
         depths = self.db.depths(removed, purged)
         for c, n in live.items():
             depths[c] = depths.get(c, 0) + n
-        subs = {s.key: self.pending_count(s.key) for s in self.subscriptions()}
+        listed = self.subscriptions()
+        subs = {s.key: self.pending_count(s.key) for s in listed}
         jstats = self.journal.stats()
         ms = self._ckpt_ms
         counters = {
@@ -270,4 +276,5 @@ class MergedReads:
             "last_id": float(self.pg.stats_last_id()),
             "master": float(self.pg.locker.is_held()),
         }
-        return StoreStats(destinations=depths, subscriptions=subs, counters=counters)
+        selectors = {s.key: s.selector for s in listed}
+        return StoreStats(depths, subs, counters, selectors)

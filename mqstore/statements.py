@@ -33,19 +33,21 @@ class Statements:
     insert_history: TextClause
     #: One page of a destination in delivery order after (-priority, id), below an ID bound.
     page_queue: TextClause
-    #: One page of a subscription's pending messages (per-priority LAST_ACKED_ID).
+    #: One page of a subscription's pending messages (after its position: see
+    #: :func:`statements_for`).
     page_subscription: TextClause
     #: Visible messages of a destination.
     count_queue: TextClause
     #: Pending messages of one subscription.
     count_subscription: TextClause
-    #: Pending messages of every subscription (stats).
+    #: (container, client, sub, selector, pending messages) of every subscription (stats).
     count_all_subscriptions: TextClause
     #: Advance LAST_ACKED_ID of each (container, client, sub, priority) in the arrays
-    #: :containers, :clients, :subs, :priorities to :ids, never backwards.
+    #: :containers, :clients, :subs, :priorities to :ids, never backwards (plain mode: every
+    #: row of the subscription, as ActiveMQ's ack without PRIORITY).
     ack_subscription: TextClause
-    #: Up to :limit (ID, container) of topic messages every subscription (per priority) has
-    #: acknowledged; no bodies, which a cleanup never needs.
+    #: Up to :limit (ID, container) of topic messages every subscription has acknowledged
+    #: (per priority when prioritized); no bodies, which a cleanup never needs.
     cleanup_candidates: TextClause
     #: Visible topic message IDs with no subscription left at all (prepared rows stay).
     orphan_topic_ids: TextClause
@@ -132,10 +134,19 @@ def _history_of_removed(history: str) -> str:
     )
 
 
-def _ack_update(acks: str, param: str, cond: str = "", rows: Rows = Rows.MANY) -> str:
+#: ACKS rows of durable subscriptions have PRIORITY below this (11 marks a virtual-topic
+#: consumer queue).
+SUB_PRIORITIES = 10
+
+
+def _ack_update(
+    acks: str, param: str, cond: str = "", rows: Rows = Rows.MANY, prioritized: bool = False
+) -> str:
     """UPDATE advancing LAST_ACKED_ID, never backwards, for the (container, client, sub,
     priority, id) rows in ``:{param}containers`` ... ``:{param}ids``; ``cond`` is extra SQL
-    for its WHERE."""
+    for its WHERE. Plain mode updates every row of the subscription whatever its PRIORITY,
+    as ActiveMQ's ack without ``AND PRIORITY=?`` does (its position is their least)."""
+    priority = "t.priority = k.priority" if prioritized else f"t.priority < {SUB_PRIORITIES}"
     return (
         f"UPDATE {acks} t SET last_acked_id = k.id, xid = NULL FROM "
         + _row_source(
@@ -145,7 +156,7 @@ def _ack_update(acks: str, param: str, cond: str = "", rows: Rows = Rows.MANY) -
         )
         + " AS k(container, client_id, sub_name, priority, id) "
         "WHERE t.container = k.container AND t.client_id = k.client_id "
-        "AND t.sub_name = k.sub_name AND t.priority = k.priority "
+        f"AND t.sub_name = k.sub_name AND {priority} "
         f"AND (t.last_acked_id IS NULL OR t.last_acked_id < k.id){cond}"
     )
 
@@ -165,6 +176,8 @@ class CommitShape:
     acks: Rows
     #: Fenced by the lock session's transaction (the row lock) instead of the lock row.
     session_fence: bool = False
+    #: Acks update the row of their PRIORITY only (prioritizedMessages), else every row.
+    prioritized: bool = False
 
 
 @lru_cache(maxsize=256)
@@ -204,7 +217,7 @@ def commit_batch(prefix: str, shape: CommitShape) -> TextClause:
         if shape.history:
             ctes.append(f"hi AS ({_history_of_removed(h)})")
     if shape.acks:
-        ctes.append(f"k AS ({_ack_update(a, 'ack_', guard, shape.acks)})")
+        ctes.append(f"k AS ({_ack_update(a, 'ack_', guard, shape.acks, shape.prioritized)})")
     found = "(SELECT broker_name FROM f)" if shape.fenced else "CAST(NULL AS text)"
     removed = "(SELECT count(*) FROM d)" if shape.removes else "0"
     return sa.text(f"WITH {', '.join(ctes)} SELECT {found}, {removed}")
@@ -227,6 +240,36 @@ def bytes_bounded_page(source: str) -> str:
         + source
         + "ORDER BY - m.priority, m.id LIMIT :limit) p "
         "WHERE bytes_before < :max_bytes ORDER BY neg_priority, id"
+    )
+
+
+#: The plain-mode keyset of a cursor (:neg_priority, :after_id): in an order where every row
+#: has priority 0, a cursor of another priority (the first one, (10, 0)) is before them all.
+PLAIN_AFTER = "m.id > (CASE WHEN :neg_priority = 0 THEN :after_id ELSE 0 END)"
+
+
+def id_ordered_page(msgs: str, where: str, ctes: str = "") -> str:
+    """A page query of the rows of ``msgs`` (as ``m``) matching ``where`` in ID order,
+    bounded as :func:`bytes_bounded_page`, each row's PRIORITY given as 0: the order and
+    cursor of a plain store's durable subscription (ActiveMQ's ``ORDER BY M.ID``), in which
+    a row ActiveMQ stored with a priority sorts by its ID alone. ``ctes`` (``name AS
+    (...), ...``) precede it.
+
+    One ``_cpidx`` range scan per priority 0..9, merged in ID order: no index orders a
+    destination's rows by ID alone."""
+    cols = ", ".join(f"m.{c}" for c in PAGE_COLUMNS.split(", "))
+    lanes = " UNION ALL ".join(
+        f"(SELECT {cols} FROM {msgs} m WHERE (- m.priority) = {-p} AND {where} "
+        "ORDER BY m.id LIMIT :limit)"
+        for p in range(SUB_PRIORITIES)
+    )
+    shown = PAGE_COLUMNS.replace("priority", "0 AS priority")
+    return (
+        (f"WITH {ctes} " if ctes else "")
+        + f"SELECT {shown} FROM (SELECT u.*, sum(coalesce(octet_length(u.msg), 0)) "
+        "OVER (ORDER BY u.id ROWS UNBOUNDED PRECEDING) - coalesce(octet_length(u.msg), 0) "
+        f"AS bytes_before FROM ({lanes}) u ORDER BY u.id LIMIT :limit) p "
+        "WHERE bytes_before < :max_bytes ORDER BY id"
     )
 
 
@@ -253,19 +296,106 @@ def bytes_bounded_expiry(source: str, *, locked: bool = False, candidates: bool 
     )
 
 
+def _pending(msgs: str, acks: str, prioritized: bool) -> str:
+    """``FROM ... WHERE ...`` of the messages subscription (:container, :client_id,
+    :sub_name) has not acknowledged.
+
+    Prioritized, as ActiveMQ's by-priority statements: a message of PRIORITY p after the
+    LAST_ACKED_ID of the subscription's row of PRIORITY p. Plain, as ActiveMQ's other
+    statements (no PRIORITY filter): every message after the least LAST_ACKED_ID of its rows,
+    so a message ActiveMQ stored with a priority (prioritizedMessages) is delivered too.
+    """
+    if prioritized:
+        return (
+            f"FROM {msgs} m JOIN {acks} d ON m.container = d.container "
+            "AND m.priority = d.priority WHERE d.container = :container "
+            "AND d.client_id = :client_id AND d.sub_name = :sub_name AND m.xid IS NULL "
+            "AND m.id > d.last_acked_id "
+        )
+    # A join, as the prioritized form: a scalar subquery would make ``m.id > $0`` an index
+    # range on the primary key, read in ID order and then sorted into delivery order.
+    return (
+        f"FROM {msgs} m JOIN (SELECT min(last_acked_id) AS last_acked_id FROM {acks} "
+        "WHERE container = :container AND client_id = :client_id AND sub_name = :sub_name "
+        f"AND priority < {SUB_PRIORITIES}) d ON m.id > d.last_acked_id "
+        "WHERE m.container = :container AND m.xid IS NULL "
+    )
+
+
+def _page_subscription(msgs: str, acks: str, pending: str, prioritized: bool) -> str:
+    """One page of a subscription's pending messages after the cursor (:neg_priority,
+    :after_id): prioritized, in (-PRIORITY, ID) order; plain, in ID order with every PRIORITY
+    given as 0 (:func:`id_ordered_page`), so the cursor and the acks of the rows delivered
+    never pass a message not yet delivered."""
+    if prioritized:
+        return bytes_bounded_page(
+            pending + "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
+        )
+    position = (
+        f"d AS (SELECT min(last_acked_id) AS last_acked_id FROM {acks} "
+        "WHERE container = :container AND client_id = :client_id AND sub_name = :sub_name "
+        f"AND priority < {SUB_PRIORITIES})"
+    )
+    return id_ordered_page(
+        msgs,
+        f"m.container = :container AND m.xid IS NULL AND m.id < :bound AND {PLAIN_AFTER} "
+        "AND m.id > (SELECT last_acked_id FROM d)",
+        position,
+    )
+
+
+def _count_all_subscriptions(msgs: str, acks: str, prioritized: bool) -> str:
+    """(container, client, sub, selector, pending) of every durable subscription, pending
+    as ``_pending`` counts it."""
+    if prioritized:
+        return (
+            "SELECT d.container, d.client_id, d.sub_name, max(d.selector), count(m.id) "
+            f"FROM {acks} d LEFT JOIN {msgs} m ON m.container = d.container "
+            "AND m.priority = d.priority AND m.id > d.last_acked_id AND m.xid IS NULL "
+            f"WHERE d.container LIKE 'topic://%' AND d.priority < {SUB_PRIORITIES} "
+            "GROUP BY d.container, d.client_id, d.sub_name"
+        )
+    return (
+        "SELECT d.container, d.client_id, d.sub_name, d.selector, count(m.id) FROM (SELECT "
+        "container, client_id, sub_name, max(selector) AS selector, min(last_acked_id) AS "
+        f"last_acked_id FROM {acks} "
+        f"WHERE container LIKE 'topic://%' AND priority < {SUB_PRIORITIES} "
+        f"GROUP BY container, client_id, sub_name) d LEFT JOIN {msgs} m "
+        "ON m.container = d.container AND m.id > d.last_acked_id AND m.xid IS NULL "
+        "GROUP BY d.container, d.client_id, d.sub_name, d.selector"
+    )
+
+
+def _cleanup_candidates(msgs: str, acks: str, prioritized: bool) -> str:
+    """Up to :limit (ID, container) of topic messages no subscription still needs, as
+    ``_pending`` delivers them (a plain store's subscriptions receive every PRIORITY)."""
+    subs = f"FROM {acks} WHERE container LIKE 'topic://%' AND priority < {SUB_PRIORITIES}"
+    if prioritized:
+        return (
+            "SELECT m.id, m.container FROM (SELECT container, priority, "
+            f"min(last_acked_id) AS upto {subs} GROUP BY container, priority) s "
+            f"JOIN {msgs} m ON m.container = s.container AND (- m.priority) = (- s.priority) "
+            "AND m.id <= s.upto WHERE m.xid IS NULL LIMIT :limit"
+        )
+    # Each priority apart, as above: a range scan of _cpidx per priority up to the bound.
+    return (
+        f"SELECT m.id, m.container FROM (SELECT container, min(last_acked_id) AS upto {subs} "
+        "GROUP BY container) s CROSS JOIN generate_series(0, 9) AS p(priority) "
+        f"JOIN {msgs} m ON m.container = s.container AND (- m.priority) = (- p.priority) "
+        "AND m.id <= s.upto WHERE m.xid IS NULL LIMIT :limit"
+    )
+
+
 @lru_cache(maxsize=16)
-def statements_for(prefix: str = "") -> Statements:
-    """Build (once) the statements for ``prefix``."""
+def statements_for(prefix: str = "", prioritized: bool = False) -> Statements:
+    """Build (once) the statements for ``prefix``, for a store with or without
+    prioritizedMessages (which changes how durable subscriptions read, ack and clean up)."""
     schema = build_schema(prefix)
     m, a, h = schema.msgs.name, schema.acks.name, schema.history.name
     removal = f"WITH {', '.join(_removal_ctes(m, ''))} "
     trimmable = "removed_at < :before AND hist_id <= :upto"
     expired = f"FROM {m} m WHERE m.expiration > 0 AND m.expiration < :now AND m.xid IS NULL "
-    pending = (
-        f"FROM {m} m JOIN {a} d ON m.container = d.container AND m.priority = d.priority "
-        "WHERE d.container = :container AND d.client_id = :client_id "
-        "AND d.sub_name = :sub_name AND m.xid IS NULL AND m.id > d.last_acked_id "
-    )
+    pending = _pending(m, a, prioritized)
     return Statements(
         schema=schema,
         insert_msg=sa.insert(schema.msgs),
@@ -286,29 +416,14 @@ def statements_for(prefix: str = "") -> Statements:
                 "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
             )
         ),
-        page_subscription=sa.text(
-            bytes_bounded_page(
-                pending + "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
-            )
-        ),
+        page_subscription=sa.text(_page_subscription(m, a, pending, prioritized)),
         count_queue=sa.text(
             f"SELECT count(*) FROM {m} WHERE container = :container AND xid IS NULL"
         ),
         count_subscription=sa.text("SELECT count(*) " + pending),
-        count_all_subscriptions=sa.text(
-            "SELECT d.container, d.client_id, d.sub_name, count(m.id) "
-            f"FROM {a} d LEFT JOIN {m} m ON m.container = d.container "
-            "AND m.priority = d.priority AND m.id > d.last_acked_id AND m.xid IS NULL "
-            "WHERE d.container LIKE 'topic://%' GROUP BY d.container, d.client_id, d.sub_name"
-        ),
-        ack_subscription=sa.text(_ack_update(a, "")),
-        cleanup_candidates=sa.text(
-            f"SELECT m.id, m.container FROM (SELECT container, priority, "
-            "min(last_acked_id) AS upto "
-            f"FROM {a} WHERE container LIKE 'topic://%' GROUP BY container, priority) s "
-            f"JOIN {m} m ON m.container = s.container AND (- m.priority) = (- s.priority) "
-            "AND m.id <= s.upto WHERE m.xid IS NULL LIMIT :limit"
-        ),
+        count_all_subscriptions=sa.text(_count_all_subscriptions(m, a, prioritized)),
+        ack_subscription=sa.text(_ack_update(a, "", prioritized=prioritized)),
+        cleanup_candidates=sa.text(_cleanup_candidates(m, a, prioritized)),
         orphan_topic_ids=sa.text(
             f"SELECT id FROM {m} WHERE container = :container AND xid IS NULL AND NOT EXISTS "
             f"(SELECT 1 FROM {a} WHERE container = :container) LIMIT :limit"

@@ -4,10 +4,11 @@ While a subscriber is attached, a bounded window of its backlog is in memory
 (``memory_window`` messages, ``memory_window_bytes`` bytes); the rest is read with
 ``store.page_subscription`` as it drains.
 
-Acks advance LAST_ACKED_ID (per PRIORITY column value) to the highest acknowledged ID
-below every message of that priority not yet acknowledged: delivered, waiting in memory, or
-not yet read from the store in this session. Individual acks out of order, across
-reconnects, never skip a message.
+Acks advance LAST_ACKED_ID (per PRIORITY column value as the store's pages give it: 0 for
+every row of a store without prioritizedMessages, which pages in ID order) to the highest
+acknowledged ID below every message of that priority not yet acknowledged: delivered,
+waiting in memory, or not yet read from the store in this session. Individual acks out of
+order, across reconnects, never skip a message.
 """
 
 from __future__ import annotations

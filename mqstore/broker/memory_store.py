@@ -316,4 +316,5 @@ class MemoryStore:
             for r in self._msgs.values():
                 depths[r.container] = depths.get(r.container, 0) + 1
             backlog = {k: self.pending_count(k) for k in self._subs}
-            return StoreStats(depths, backlog, {"messages": float(len(self._msgs))})
+            selectors = {k: s.selector for k, s in self._subs.items()}
+            return StoreStats(depths, backlog, {"messages": float(len(self._msgs))}, selectors)

@@ -205,3 +205,5 @@ class StoreStats:
     destinations: dict[str, int]
     subscriptions: dict[SubscriptionKey, int]
     counters: dict[str, float]
+    #: The message selector of each durable subscription (ACKS.SELECTOR; None: every message).
+    selectors: dict[SubscriptionKey, str | None] = field(default_factory=dict)

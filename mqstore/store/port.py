@@ -111,7 +111,9 @@ class Store(Protocol):
         self, key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
         """A subscription's pending messages (after its last ack) in delivery order, bounded
-        as :meth:`page`."""
+        as :meth:`page`. Without prioritizedMessages that order is by ID alone and every
+        row's ``priority`` is 0, whatever its PRIORITY column: the cursor and the acks of
+        the rows delivered then never pass a message not yet delivered."""
 
     def pending_count(self, key: SubscriptionKey) -> int:
         """How many messages a subscription has not acknowledged."""

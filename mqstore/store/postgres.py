@@ -153,7 +153,7 @@ class PostgresStore:
             )
         self.engine = engine
         self.prefix = prefix
-        self.sql = statements_for(prefix)
+        self.sql = statements_for(prefix, prioritized)
         self.schema = self.sql.schema
         self.locker: Locker = locker or NoLocker()
         self._prioritized = prioritized
@@ -570,6 +570,7 @@ class PostgresStore:
             Rows.of(len(removes)),
             Rows.of(len(newest)),
             session_fence=session is not None,
+            prioritized=self._prioritized,
         )
         params: dict[str, object] = {"holder": holder}
         if session is not None:
@@ -824,9 +825,11 @@ class PostgresStore:
                 sa.select(m.container, sa.func.count()).where(m.xid.is_(None)).group_by(m.container)
             ).all()
             subs = conn.execute(self.sql.count_all_subscriptions).all()
+            keys = [SubscriptionKey(r[0], r[1], r[2]) for r in subs]
             return StoreStats(
                 destinations={r[0]: int(r[1]) for r in depths},
-                subscriptions={SubscriptionKey(r[0], r[1], r[2]): int(r[3]) for r in subs},
+                subscriptions={k: int(r[4]) for k, r in zip(keys, subs, strict=True)},
+                selectors={k: r[3] for k, r in zip(keys, subs, strict=True)},
                 counters={
                     **self._counters,
                     "last_id": float(self._last_id),

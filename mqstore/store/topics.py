@@ -157,8 +157,9 @@ class TopicOperations:
     def page(
         self, key: SubscriptionKey, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
-        """Pending messages (after the per-priority LAST_ACKED_ID) in delivery order, bounded
-        as :meth:`mqstore.store.port.Store.page`."""
+        """Pending messages in delivery order (prioritized: after the LAST_ACKED_ID of their
+        PRIORITY, by (-PRIORITY, ID); plain: after the least LAST_ACKED_ID, by ID, PRIORITY
+        given as 0), bounded as :meth:`mqstore.store.port.Store.page`."""
         cursor = after or FIRST
         params = {
             "container": key.container,

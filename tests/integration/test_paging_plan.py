@@ -20,6 +20,7 @@ from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
 from tests.conftest import Databases
 
 SQL = statements_for("")
+PLAIN = statements_for("", prioritized=False)
 DEPTH = 200_000
 NO_BOUND = 2**63 - 1
 CPIDX = "activemq_msgs_cpidx"
@@ -113,9 +114,8 @@ def test_queue_page_below_an_id_bound_is_one_range_scan(deep: Engine) -> None:
     _assert_range_scan(_plan(deep, SQL.page_queue, params))
 
 
-@pytest.mark.parametrize(("after_id"), [0, DEPTH + 20_000 + 190_000], ids=["first", "deep"])
-def test_subscription_page_is_one_range_scan(deep: Engine, after_id: int) -> None:
-    params = {
+def _subscription_params(after_id: int) -> dict[str, Any]:
+    return {
         "container": "topic://deep",
         "client_id": "c",
         "sub_name": "s",
@@ -125,7 +125,41 @@ def test_subscription_page_is_one_range_scan(deep: Engine, after_id: int) -> Non
         "limit": 200,
         "max_bytes": 1 << 20,
     }
-    _assert_range_scan(_plan(deep, SQL.page_subscription, params))
+
+
+@pytest.mark.parametrize(("after_id"), [0, DEPTH + 20_000 + 190_000], ids=["first", "deep"])
+def test_subscription_page_is_one_range_scan(deep: Engine, after_id: int) -> None:
+    sql = statements_for("", prioritized=True)
+    _assert_range_scan(_plan(deep, sql.page_subscription, _subscription_params(after_id)))
+
+
+@pytest.mark.parametrize(("after_id"), [0, DEPTH + 20_000 + 190_000], ids=["first", "deep"])
+def test_plain_subscription_page_merges_one_range_scan_per_priority_in_id_order(
+    deep: Engine, after_id: int
+) -> None:
+    # Plain mode delivers in ID order, whatever PRIORITY ActiveMQ stored: the ten
+    # priorities' _cpidx ranges, each read in ID order from the position, merged.
+    nodes = list(_nodes(_plan(deep, PLAIN.page_subscription, _subscription_params(after_id))))
+    kinds = [n["Node Type"] for n in nodes]
+    assert "Sort" not in kinds and "Incremental Sort" not in kinds, kinds
+    assert "Merge Append" in kinds, kinds
+    scans = [n for n in nodes if n.get("Relation Name") == "activemq_msgs"]
+    assert len(scans) == 10, scans
+    for scan in scans:
+        assert scan["Node Type"] == "Index Scan", scan
+        assert scan["Index Name"] == CPIDX
+        cond = scan["Index Cond"]
+        assert "container" in cond and "(- priority) =" in cond and "id >" in cond, cond
+
+
+def test_plain_subscription_page_gives_the_rows_in_id_order(deep: Engine) -> None:
+    with deep.connect() as conn:
+        first = conn.execute(PLAIN.page_subscription, _subscription_params(0)).all()
+        assert [r[0] for r in first] == list(range(DEPTH + 40_001, DEPTH + 40_201))
+        assert {r.priority for r in first} == {0}
+        params = _subscription_params(2 * DEPTH + 19_990)
+        deep_page = conn.execute(PLAIN.page_subscription, params).all()
+        assert [r[0] for r in deep_page] == list(range(2 * DEPTH + 19_991, 2 * DEPTH + 20_001))
 
 
 def test_counts_use_indexes_without_sorting(deep: Engine) -> None:
