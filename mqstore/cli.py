@@ -445,7 +445,11 @@ def browse(
         settings = _settings_to_read(dsn, table_prefix, data_dir)
         container = _container(destination)
         with open_database(settings) as database:
-            store = PostgresStore(database.engine, prefix=settings.table_prefix)
+            store = PostgresStore(
+                database.engine,
+                prefix=settings.table_prefix,
+                prioritized=settings.prioritized_messages,
+            )
             views = [describe(row) for row in store.page(container, None, limit)]
             if not views and container not in store.destinations():
                 err_console.print(
@@ -479,6 +483,8 @@ def stats(
     """Destinations and depths, durable subscriptions and backlog, lock and journal state."""
 
     def body() -> None:
+        from rich.text import Text
+
         from journal.support import existing_journal_id
         from mqstore.app import open_database
         from mqstore.lock import describe_lock
@@ -488,7 +494,11 @@ def stats(
         settings = _settings_to_read(dsn, table_prefix, data_dir, journal_dir=journal_dir)
         journal_id = existing_journal_id(settings.resolved_journal_dir)
         with open_database(settings) as database:
-            store = PostgresStore(database.engine, prefix=settings.table_prefix)
+            store = PostgresStore(
+                database.engine,
+                prefix=settings.table_prefix,
+                prioritized=settings.prioritized_messages,
+            )
             figures = store.stats()
             schema = build_schema(settings.table_prefix)
             with database.engine.connect() as conn:
@@ -501,7 +511,13 @@ def stats(
                         sa.select(jt.segment, jt.position).where(jt.journal_id == journal_id)
                     ).first()
         subscriptions = [
-            {"topic": k.container, "client_id": k.client_id, "name": k.sub_name, "backlog": n}
+            {
+                "topic": k.container,
+                "client_id": k.client_id,
+                "name": k.sub_name,
+                "selector": figures.selectors.get(k),
+                "backlog": n,
+            }
             for k, n in figures.subscriptions.items()
         ]
         journal = _journal_summary(settings.resolved_journal_dir)
@@ -527,10 +543,17 @@ def stats(
             table.add_row(name, str(depth))
         console.print(table)
         subs = Table(title="durable subscriptions")
-        for col in ("topic", "client id", "name", "backlog"):
+        for col in ("topic", "client id", "name", "selector", "backlog"):
             subs.add_column(col)
         for key, backlog in figures.subscriptions.items():
-            subs.add_row(key.container, key.client_id, key.sub_name, str(backlog))
+            selector = figures.selectors.get(key)
+            subs.add_row(
+                key.container,
+                key.client_id,
+                key.sub_name,
+                Text("(all messages)" if selector is None else selector),  # never markup
+                str(backlog),
+            )
         console.print(subs)
         console.print(f"lock: {lock_state}")
         if journal is not None:
