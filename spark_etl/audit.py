@@ -22,6 +22,7 @@ from .archive_guard import history_archive
 from .decode import with_decoded
 from .durable import write_atomically
 from .export import read_dataset
+from .lock_probe import RowLockProbe, probe_row_lock
 from .report_html import figure, render
 from .sources import (
     inspect_database,
@@ -43,9 +44,26 @@ AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
 )
 #: Longest list of rows kept per finding (counts are always complete).
 MAX_LISTED = 200
-#: ``ACTIVEMQ_ACKS.PRIORITY`` of the rows ActiveMQ's ``doRecordDestination`` writes to
-#: remember a destination (CLIENT_ID = SUB_NAME = its name): not subscriptions.
-DESTINATION_RECORD_PRIORITY = 11
+#: ``ACTIVEMQ_ACKS.PRIORITY`` of durable subscriptions' rows is below this (0..9, one row
+#: per JMS priority with ``prioritizedMessages``, else 0), as ``mqstore.statements`` reads
+#: them; the rows ActiveMQ's ``doRecordDestination`` writes to remember a destination
+#: (PRIORITY 11, CLIENT_ID = SUB_NAME = its name) are not subscriptions.
+SUBSCRIPTION_PRIORITIES = 10
+#: How :func:`subscription_backlog` counts, by whether the store has prioritizedMessages.
+BACKLOG_RULES: dict[bool, dict[str, Any]] = {
+    False: {
+        "mode": "plain",
+        "prioritized_messages": False,
+        "description": "every visible message of the topic, whatever its PRIORITY, with ID "
+        "> the least LAST_ACKED_ID of the subscription's ACKS rows",
+    },
+    True: {
+        "mode": "prioritized",
+        "prioritized_messages": True,
+        "description": "the visible messages of PRIORITY p with ID > the LAST_ACKED_ID of "
+        "the subscription's ACKS row of PRIORITY p, summed over its rows",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -119,26 +137,35 @@ def destination_stats(msgs: DataFrame, now_ms: int) -> DataFrame:
 
 
 def durable_subscriptions(acks: DataFrame) -> DataFrame:
-    """The ACKS rows of durable subscriptions (pure): rows of topics with a message priority,
-    as ``mqstore.statements`` reads them; ActiveMQ's destination records (PRIORITY 11) and
-    anything else on a queue are not subscriptions."""
+    """The ACKS rows of durable subscriptions (pure): rows of topics with a message priority
+    (:data:`SUBSCRIPTION_PRIORITIES`), as ``mqstore.statements`` reads them; ActiveMQ's
+    destination records (PRIORITY 11) and anything else on a queue are not subscriptions."""
     return acks.where(
-        (sf.col("priority") < DESTINATION_RECORD_PRIORITY)
-        & sf.col("container").startswith("topic://")
+        (sf.col("priority") < SUBSCRIPTION_PRIORITIES) & sf.col("container").startswith("topic://")
     )
 
 
-def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataFrame:
-    """Per durable subscription: messages after its ``LAST_ACKED_ID`` and the oldest one's age.
+def subscription_backlog(
+    acks: DataFrame, msgs: DataFrame, now_ms: int, *, prioritized: bool = False
+) -> DataFrame:
+    """Per durable subscription: the messages it has not acknowledged and the oldest one's age.
 
-    A message counts against the subscription's ACKS row of its ``PRIORITY``
-    (``M.PRIORITY = D.PRIORITY``), as ``mqstore stats``, the store's delivery and ActiveMQ's
-    prioritized count match them: one row per priority with ``prioritizedMessages``, else
-    one row and ``PRIORITY`` 0 on both sides. A NULL ``LAST_ACKED_ID`` matches nothing.
-    In-doubt (XA-prepared) messages are not deliverable and are not counted. An ACKS row
-    with an XID is the subscription's own row holding a prepared acknowledgement (its
+    As ``mqstore stats`` and ActiveMQ count them in the store's mode (:data:`BACKLOG_RULES`):
+
+    * plain (``prioritized`` False, ActiveMQ's default), as the statements without
+      ``PRIORITY``: every message of the topic after the subscription's position, the least
+      ``LAST_ACKED_ID`` of its rows, whatever the message's ``PRIORITY`` (a broker with
+      ``prioritizedMessages`` may have stored some); ``last_acked_id`` is that position.
+    * prioritized: a message counts against the subscription's row of its ``PRIORITY``
+      (``M.PRIORITY = D.PRIORITY``), one row per priority; ``last_acked_id`` is the
+      greatest of the rows'.
+
+    A NULL ``LAST_ACKED_ID`` matches nothing: a row holding one counts no message, and a
+    plain subscription whose rows all hold one has no backlog (``min`` skips NULLs, as in
+    SQL). In-doubt (XA-prepared) messages are not deliverable and are not counted. An ACKS
+    row with an XID is the subscription's own row holding a prepared acknowledgement (its
     LAST_ACKED_ID moves only at commit), so it counts like any other. Rows that are not
-    subscriptions (:func:`durable_subscriptions`) are left out.
+    subscriptions (:func:`durable_subscriptions`) are left out; selectors are not evaluated.
     """
     subs = durable_subscriptions(acks)
     key = ["container", "client_id", "sub_name"]
@@ -148,16 +175,19 @@ def subscription_backlog(acks: DataFrame, msgs: DataFrame, now_ms: int) -> DataF
         sf.col("store_priority").alias("m_priority"),
         sf.col("timestamp").alias("m_timestamp"),
     )
-    cond = (
-        (visible["m_container"] == subs["container"])
-        & (visible["m_id"] > subs["last_acked_id"])
-        & (visible["m_priority"] == subs["priority"])
-    )
+    if not prioritized:  # one position per subscription
+        subs = subs.groupBy(*key).agg(
+            sf.max("selector").alias("selector"),
+            sf.min("last_acked_id").alias("last_acked_id"),
+        )
+    cond = (visible["m_container"] == subs["container"]) & (visible["m_id"] > subs["last_acked_id"])
+    if prioritized:
+        cond = cond & (visible["m_priority"] == subs["priority"])
     pending = subs.join(visible, cond, "left")
     return (
         pending.groupBy(*key)
         .agg(
-            sf.first("selector").alias("selector"),
+            sf.max("selector").alias("selector"),
             sf.max("last_acked_id").alias("last_acked_id"),
             sf.count("m_id").alias("backlog"),
             sf.min("m_id").alias("first_pending_id"),
@@ -220,20 +250,51 @@ def undecodable(msgs: DataFrame) -> DataFrame:
     )
 
 
-def lock_status(lock: DataFrame, now_ms: int) -> dict[str, Any]:
-    """The lease row: holder (None when released) and how old the lease is."""
+def lock_status(
+    lock: DataFrame, now_ms: int, row_lock: RowLockProbe | None = None
+) -> dict[str, Any]:
+    """The lock row: the lease (holder, None when released, and how old it is) and whether
+    a row-lock master holds the row (``row_lock``, from :func:`.lock_probe.probe_row_lock`;
+    None: not probed).
+
+    ``state`` sums them up: ``held (row lock)`` (ActiveMQ's default locker or mqstore's
+    ``--lock row``, which write nothing into the row), ``held (lease)``, ``lease expired``,
+    ``free``, ``absent`` (no row ID=1), or ``unknown`` when no lease runs and the row could
+    not be probed: ``row_lock_error`` says why.
+    """
+    probe = row_lock or RowLockProbe(None, "not probed")
     rows = lock.orderBy("id").collect()
     if not rows:
-        return {"present": False, "holder": None, "lease_time": None, "lease_age_ms": None}
+        return {
+            "present": False,
+            "state": "absent",
+            "holder": None,
+            "lease_time": None,
+            "lease_age_ms": None,
+            "row_lock": False,
+            "row_lock_error": None,
+        }
     row = rows[0]
     lease = row["time"]
     held = bool(row["broker_name"]) and bool(lease)
+    # ActiveMQ writes TIME = now + lease interval: a positive age means an overdue renewal.
+    age = (now_ms - int(lease)) if held else None
+    if probe.held:
+        state = "held (row lock)"
+    elif age is not None and age <= 0:
+        state = "held (lease)"
+    elif probe.held is None:
+        state = "unknown"
+    else:
+        state = "free" if age is None else "lease expired"
     return {
         "present": True,
+        "state": state,
         "holder": row["broker_name"] if held else None,
         "lease_time": lease,
-        # ActiveMQ writes TIME = now + lease interval: a positive age means an overdue renewal.
-        "lease_age_ms": (now_ms - int(lease)) if held else None,
+        "lease_age_ms": age,
+        "row_lock": probe.held,
+        "row_lock_error": probe.error,
     }
 
 
@@ -278,8 +339,13 @@ def build_report(
     *,
     now_ms: int,
     limits: Thresholds,
+    row_lock: RowLockProbe | None = None,
+    prioritized: bool = False,
 ) -> dict[str, Any]:
-    """The audit report (a JSON-ready dict) from decoded messages, ACKS, LOCK and history."""
+    """The audit report (a JSON-ready dict) from decoded messages, ACKS, LOCK and history;
+    ``row_lock`` is what probing the lock row found (:func:`lock_status`), ``prioritized``
+    whether the store has prioritizedMessages (:func:`subscription_backlog`; the rule is
+    shown as ``backlog_rule``)."""
     msgs = msgs.cache()
     findings = {
         "expired": expired_messages(msgs, now_ms),
@@ -292,8 +358,11 @@ def build_report(
         "generated_at": now_ms,
         "age_buckets": [label for label, _ in AGE_BUCKETS] + ["unknown"],
         "destinations": _rows(destination_stats(msgs, now_ms), None),
-        "subscriptions": _rows(subscription_backlog(acks, msgs, now_ms), None),
-        "lock": lock_status(lock, now_ms),
+        "backlog_rule": dict(BACKLOG_RULES[prioritized]),
+        "subscriptions": _rows(
+            subscription_backlog(acks, msgs, now_ms, prioritized=prioritized), None
+        ),
+        "lock": lock_status(lock, now_ms, row_lock),
         "history_per_hour": [] if history is None else _rows(history_per_hour(history), None),
         "counts": {name: df.count() for name, df in findings.items()},
         **{name: _rows(df) for name, df in findings.items()},
@@ -315,8 +384,13 @@ def audit(
     *,
     archive: str | os.PathLike[str] | None = None,
     now_ms: int | None = None,
+    prioritized: bool = False,
 ) -> dict[str, Any]:
     """Audit the store at ``dsn``; writes ``audit.json`` and ``audit.html`` into ``out_dir``.
+
+    ``prioritized``: the store has ActiveMQ's prioritizedMessages (mqstore's
+    ``MQSTORE_PRIORITIZED_MESSAGES``), which changes how subscription backlogs are counted
+    (:func:`subscription_backlog`); off by default, as in ActiveMQ and mqstore.
 
     History throughput comes from the history of an export directory (``archive``, default
     ``out_dir``) of this database and prefix (:func:`.archive_guard.history_archive`, else
@@ -353,6 +427,8 @@ def audit(
         history,
         now_ms=now,
         limits=thresholds or Thresholds(),
+        row_lock=probe_row_lock(dsn, prefix),
+        prioritized=prioritized,
     )
     report["prefix"] = prefix
     out = Path(out_dir)
@@ -364,6 +440,8 @@ def audit(
 
 __all__ = [
     "AGE_BUCKETS",
+    "BACKLOG_RULES",
+    "SUBSCRIPTION_PRIORITIES",
     "Thresholds",
     "audit",
     "build_report",

@@ -463,6 +463,15 @@ def audit_command(
             help="export directory whose history is counted (trimmed or plain ActiveMQ history)",
         ),
     ] = None,
+    prioritized_messages: Annotated[
+        bool,
+        typer.Option(
+            "--prioritized-messages/--no-prioritized-messages",
+            envvar="MQSTORE_PRIORITIZED_MESSAGES",
+            help="the store has ActiveMQ's prioritizedMessages: count each subscription's "
+            "backlog per priority (off: every message after its least LAST_ACKED_ID)",
+        ),
+    ] = False,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
     _require_pyspark()
@@ -488,7 +497,15 @@ def audit_command(
         )
         try:
             report = _run(
-                lambda: audit(spark, source, out, table_prefix, limits, archive=archive),
+                lambda: audit(
+                    spark,
+                    source,
+                    out,
+                    table_prefix,
+                    limits,
+                    archive=archive,
+                    prioritized=prioritized_messages,
+                ),
                 spark,
                 driver_memory,
             )
@@ -500,7 +517,8 @@ def audit_command(
         f"{counts['messages']} messages"
         + (f" (and {prepared} XA-prepared)" if prepared else "")
         + f" in {len(report['destinations'])} destinations, "
-        f"{len(report['subscriptions'])} subscriptions; report: {out / 'audit.html'}"
+        f"{len(report['subscriptions'])} subscriptions "
+        f"(backlog: {report['backlog_rule']['mode']}); report: {out / 'audit.html'}"
     )
     for violation in report["violations"]:
         typer.echo(f"threshold crossed: {violation}", err=True)

@@ -100,6 +100,17 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str], empty: str = 
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _backlog_rule(rule: dict[str, Any] | None) -> str:
+    """One line on how the backlogs were counted (``backlog_rule`` of the report)."""
+    if not rule:
+        return ""
+    return (
+        f'<p class="muted">Backlog counted as a {_e(rule["mode"])} store '
+        f"(prioritizedMessages {'on' if rule['prioritized_messages'] else 'off'}): "
+        f"{_e(rule['description'])}.</p>"
+    )
+
+
 def render(report: dict[str, Any]) -> str:
     """The HTML page of ``report`` (as built by :func:`spark_etl.audit.build_report`)."""
     dests = [dict(d) for d in report["destinations"]]
@@ -140,6 +151,7 @@ def render(report: dict[str, Any]) -> str:
             ["destination", "depth", "prepared", "oldest", "p50 age", "p90 age", "max age"],
         ),
         "<h2>Durable subscriptions</h2>",
+        _backlog_rule(report.get("backlog_rule")),
         bar_chart("Backlog per subscription", sub_names, {"pending": [s["backlog"] for s in subs]}),
         _table(
             subs,
@@ -150,7 +162,7 @@ def render(report: dict[str, Any]) -> str:
         "<h2>Lock</h2>",
         _table(
             [{**lock, "lease": _when(lock.get("lease_time"))}],
-            ["present", "holder", "lease", "lease_age_ms"],
+            ["state", "present", "holder", "lease", "lease_age_ms", "row_lock_error"],
         ),
         f"<h2>Expired but still stored ({counts['expired']})</h2>",
         _table(report["expired"], ["id", "destination", "expiration", "jms_message_id"]),

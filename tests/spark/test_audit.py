@@ -37,9 +37,12 @@ def test_fixture_figures(spark: Any, activemq_engine: Engine, tmp_path: Path) ->
     assert subs["subB"]["oldest_pending_age_ms"] == NOW - 1795306859779  # T1's timestamp
     assert report["lock"] == {
         "present": True,
+        "state": "free",
         "holder": None,
         "lease_time": 0,
         "lease_age_ms": None,
+        "row_lock": False,
+        "row_lock_error": None,
     }
     assert report["counts"] == {
         "messages": 17,
