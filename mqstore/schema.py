@@ -34,6 +34,11 @@ from mqstore.errors import ConfigError
 #: ActiveMQ's VARCHAR(250) for container names, ids and strings.
 NAME_LENGTH = 250
 
+#: The largest message body (MSG) the store takes. PostgreSQL sends BYTEA hex-encoded, two
+#: characters a byte, in one value of less than 1 GiB: a larger body could be stored and
+#: then never read back (every page of its destination would fail).
+MAX_BODY_BYTES = 511 * 1024 * 1024
+
 #: A prefix ActiveMQ can use unquoted and whose longest name (``<prefix>mqstore_history_pkey``)
 #: stays within PostgreSQL's 63 characters, so no two names are cut to the same one.
 PREFIX_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,30}")

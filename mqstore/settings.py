@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mqstore.errors import ConfigError
-from mqstore.schema import NAME_LENGTH, PREFIX_PATTERN
+from mqstore.schema import MAX_BODY_BYTES, NAME_LENGTH, PREFIX_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +239,6 @@ class Settings(BaseSettings):
     def _check_max_message_bytes(cls, value: int) -> int:
         """Refused here, before ``serve`` starts and migrates an embedded server for a
         store that would refuse it (see ``PostgresStore``)."""
-        from mqstore.store.postgres import MAX_BODY_BYTES
-
         if value > MAX_BODY_BYTES:
             raise ValueError(
                 f"{value} is more than PostgreSQL can hand back in one value (it reads "

@@ -34,6 +34,7 @@ from mqstore.errors import (
     StoreError,
 )
 from mqstore.lock import Locker, NoLocker, Renewal
+from mqstore.schema import MAX_BODY_BYTES
 from mqstore.statements import CommitShape, Rows, commit_batch, statements_for
 from mqstore.store.commit_connections import CommitConnections
 from mqstore.store.history import TrimBound, trim_history
@@ -76,11 +77,6 @@ UNIQUE_VIOLATION = "23505"
 #: message (and an array value) of 1 GiB or more, and ends the connection; larger work
 #: goes in several statements of one transaction.
 STATEMENT_BYTES = 256 * 1024 * 1024
-
-#: The largest message body the store takes. PostgreSQL sends BYTEA hex-encoded, two
-#: characters a byte, in one value of less than 1 GiB: a larger body could be stored and
-#: then never read back (every page of its destination would fail).
-MAX_BODY_BYTES = 511 * 1024 * 1024
 
 
 def _refused_value(exc: DataError | UnicodeEncodeError, done: str) -> InvalidMessageError:
