@@ -518,12 +518,21 @@ def audit_command(
         + (f" (and {prepared} XA-prepared)" if prepared else "")
         + f" in {len(report['destinations'])} destinations, "
         f"{len(report['subscriptions'])} subscriptions "
-        f"(backlog: {report['backlog_rule']['mode']}); report: {out / 'audit.html'}"
+        f"(backlog: {report['backlog_rule']['mode']}); lock: {_lock_summary(report['lock'])}; "
+        f"report: {out / 'audit.html'}"
     )
+    if report["lock"]["row_lock_error"] and report["lock"]["state"] == "unknown":
+        typer.echo(report["lock"]["row_lock_error"], err=True)
     for violation in report["violations"]:
         typer.echo(f"threshold crossed: {violation}", err=True)
     if report["violations"]:
         raise typer.Exit(EXIT_THRESHOLD)
+
+
+def _lock_summary(lock: dict[str, Any]) -> str:
+    """The lock section in a few words: its state, and the lease holder when there is one."""
+    holder = lock["holder"]
+    return f"{lock['state']} by {holder}" if holder and lock["state"] != "free" else lock["state"]
 
 
 def register(app: typer.Typer) -> None:

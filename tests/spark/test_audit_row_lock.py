@@ -12,14 +12,18 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
+import typer
 from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
+from typer.testing import CliRunner
 
 from mqstore.db import libpq_dsn
+from spark_etl import cli
 from spark_etl.audit import audit
 from tests.conftest import Databases
 from tests.integration.test_cli import mqstore
 from tests.spark.conftest import dsn_of
+from tests.spark.test_audit import _KeepAlive
 
 NOW = 1795400000000
 _roles = itertools.count()
@@ -122,3 +126,41 @@ def test_a_session_that_may_not_lock_the_row_reports_the_lock_unknown_and_why(
     assert (lock["state"], lock["row_lock"]) == ("unknown", None)
     assert "cannot tell whether a row-lock master holds activemq_lock" in lock["row_lock_error"]
     assert "UPDATE privilege on activemq_lock" in lock["row_lock_error"]
+
+
+def _audit_summary(spark: Any, dsn: str, out: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The line ``mqstore audit`` prints (the shared Spark session runs it)."""
+    monkeypatch.setattr(cli, "_session", lambda _master, _memory: _KeepAlive(spark))
+    app = typer.Typer()
+    cli.register(app)
+    env = {"MQSTORE_DSN": dsn, "MQSTORE_TABLE_PREFIX": ""}
+    ran = CliRunner().invoke(app, ["audit", "--out", str(out)], env=env)
+    assert ran.exit_code == 0, ran.output
+    return ran.output
+
+
+def test_the_audit_summary_line_names_the_lock_state_and_lease_holder(
+    spark: Any, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one line the command prints says who holds the lock, without opening the
+    report: a row-lock master, a lease and its broker, or nobody."""
+    dsn = dsn_of(engine)
+    with engine.connect() as master:
+        master.execute(sa.text("SELECT * FROM activemq_lock WHERE id = 1 FOR UPDATE"))
+        assert "; lock: held (row lock); " in _audit_summary(
+            spark, dsn, tmp_path / "row", monkeypatch
+        )
+        master.rollback()
+    with engine.begin() as broker:  # a lease that runs for another hour
+        broker.execute(
+            sa.text(
+                "UPDATE activemq_lock SET broker_name = 'amq-1', "
+                "time = (extract(epoch FROM now()) * 1000)::bigint + 3600000 WHERE id = 1"
+            )
+        )
+    assert "; lock: held (lease) by amq-1; " in _audit_summary(
+        spark, dsn, tmp_path / "lease", monkeypatch
+    )
+    with engine.begin() as broker:
+        broker.execute(sa.text("UPDATE activemq_lock SET broker_name = NULL, time = 0"))
+    assert "; lock: free; " in _audit_summary(spark, dsn, tmp_path / "free", monkeypatch)
