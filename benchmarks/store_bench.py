@@ -7,7 +7,10 @@ migrates it, and drops it at the end. Every figure is messages per second of 1 K
 
 * add-only: ``store.add`` in batches; remove-only: ``store.remove`` of known IDs in batches;
 * add+remove: a producer thread adding while a consumer thread pages and removes;
-* raw ceilings: autocommit INSERT per row, and COPY 1000 rows + ``DELETE ... = ANY``.
+* raw ceilings: autocommit INSERT per row, and COPY 1000 rows + ``DELETE ... = ANY``;
+* subscription pages: ``page_subscription`` of a durable subscription, pages of 200, read
+  through ``--messages`` topic messages, by a plain store (ID order from the least
+  LAST_ACKED_ID, one index scan per PRIORITY merged) and a prioritized one.
 
 Batch size 1 runs ``--batch1-messages`` messages (default 2000): a round trip per message.
 """
@@ -27,7 +30,7 @@ from psycopg import sql
 
 from mqstore import migrate
 from mqstore.db import create_engine, libpq_dsn, parse_dsn
-from mqstore.store import NewMessage, PostgresStore
+from mqstore.store import NewMessage, PostgresStore, SubscriptionKey
 
 QUEUE = "queue://bench"
 BODY = os.urandom(1024)
@@ -107,6 +110,46 @@ def bench_store(engine: sa.Engine, total: int, batch: int) -> dict[str, float]:
     return out
 
 
+TOPIC = "topic://bench"
+PAGE = 200
+
+
+def _read_subscription(store: PostgresStore, key: SubscriptionKey, total: int) -> None:
+    cursor, seen = None, 0
+    while rows := store.page_subscription(key, cursor, PAGE):
+        seen += len(rows)
+        cursor = rows[-1].cursor
+    assert seen == total, seen
+
+
+def bench_subscription_pages(engine: sa.Engine, total: int) -> dict[str, float]:
+    """Messages per second a durable subscription's pages deliver, in each store mode."""
+    _reset(engine)
+    out: dict[str, float] = {}
+    for prioritized in (False, True):
+        with engine.begin() as conn:
+            conn.execute(sa.text("TRUNCATE activemq_msgs, activemq_acks"))
+        store = PostgresStore(engine, prioritized=prioritized, cleanup_interval_s=0)
+        store.start()
+        try:
+            key = SubscriptionKey(TOPIC, "bench", "sub")
+            store.add_subscription(key)
+            for first in range(0, total, 1000):
+                store.add(
+                    [
+                        NewMessage(TOPIC, "ID:bench-1:1:1", first + i, BODY)
+                        for i in range(min(1000, total - first))
+                    ]
+                )
+
+            out["prioritized" if prioritized else "plain"] = total / _timed(
+                lambda s=store, k=key: _read_subscription(s, k, total)
+            )
+        finally:
+            store.stop()
+    return out
+
+
 def bench_raw(dsn: str, total: int) -> dict[str, float]:
     """Ceilings with plain psycopg on the same table."""
     out: dict[str, float] = {}
@@ -169,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['add+remove']:>11.0f}",
                 flush=True,
             )
+        pages = bench_subscription_pages(engine, args.messages)
+        print(f"durable subscription pages of {PAGE} (msg/s):")
+        for key, value in pages.items():
+            print(f"  {key:<16} {value:>10.0f}")
         raw = bench_raw(libpq_dsn(url), args.messages)
         print("raw psycopg ceilings (msg/s):")
         for key, value in raw.items():
