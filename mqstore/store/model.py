@@ -180,12 +180,34 @@ class Xid:
 
     @classmethod
     def decode(cls, column: str) -> tuple[Xid, str, int, int]:
-        """Parse an XID column value into (xid, marker '+'/'-', last-ack id, priority)."""
-        raw = base64.b64decode(column)
+        """Parse an XID column value into (xid, marker '+'/'-', last-ack id, priority);
+        ValueError saying what is wrong with a value that is not in this layout."""
+        if not column:
+            raise ValueError("empty (a row outside XA has a NULL XID, not '')")
+        try:
+            raw = base64.b64decode(column, validate=True)
+        except ValueError:
+            raise ValueError("not base64 text (standard alphabet, with padding)") from None
+        if len(raw) < _XID_HEADER:
+            raise ValueError(
+                f"{len(raw)} bytes of base64 data, fewer than the {_XID_HEADER} of the marker, "
+                "last-ack, priority, formatId and gtrid length"
+            )
         marker = chr(raw[0])
+        if marker not in ("+", "-"):
+            raise ValueError(f"marker byte 0x{raw[0]:02x}, neither '+' (add) nor '-' (remove)")
         last_ack, priority, format_id, glen = struct.unpack_from(">qbiH", raw, 1)
-        gtrid = raw[16 : 16 + glen]
-        return cls(format_id, gtrid, raw[16 + glen :]), marker, last_ack, priority
+        if _XID_HEADER + glen > len(raw):
+            raise ValueError(
+                f"a gtrid length of {glen} bytes, more than the "
+                f"{len(raw) - _XID_HEADER} bytes that follow it"
+            )
+        gtrid = raw[_XID_HEADER : _XID_HEADER + glen]
+        return cls(format_id, gtrid, raw[_XID_HEADER + glen :]), marker, last_ack, priority
+
+
+#: The XID column's fixed bytes: marker, last-ack, priority, formatId, gtrid length.
+_XID_HEADER = 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,7 +114,8 @@ class XaOperations:
     ) -> dict[Xid, tuple[list[StoredMessage], list[StoredMessage], list[Ack]]]:
         """The prepared work in the tables, by transaction; with ``only``, that transaction's
         alone, found by the database and without bodies (a commit or rollback does not read
-        the other transactions in doubt, nor the bodies it keeps)."""
+        the other transactions in doubt, nor the bodies it keeps). TransactionError naming
+        every row read whose XID is not ActiveMQ's encoding of prepared work."""
         store = self.store
         m, a = store.schema.msgs, store.schema.acks
         found: dict[Xid, tuple[list[StoredMessage], list[StoredMessage], list[Ack]]] = defaultdict(
@@ -126,33 +127,54 @@ class XaOperations:
         if only is not None:
             body = sa.null().cast(LargeBinary)
             tail = only.identity()
-            msgs_of = sa.and_(
-                msgs_of, sa.func.substr(sa.func.decode(m.c.xid, "base64"), 11) == tail
-            )
-            acks_of = sa.and_(
-                acks_of, sa.func.substr(sa.func.decode(a.c.xid, "base64"), 11) == tail
-            )
+            msgs_of = sa.and_(msgs_of, sa.func.substr(_xid_bytes(m.c.xid), 11) == tail)
+            acks_of = sa.and_(acks_of, sa.func.substr(_xid_bytes(a.c.xid), 11) == tail)
+        unreadable: list[str] = []
         columns = (m.c.id, m.c.container, m.c.msgid_prod, m.c.msgid_seq, m.c.expiration)
         rows = conn.execute(
             sa.select(*columns, m.c.priority, body, m.c.xid).where(msgs_of).order_by(m.c.id)
         ).all()
         for row in rows:
             msg = StoredMessage.from_row(row)
-            xid, marker, _, _ = Xid.decode(str(msg.xid))
+            try:
+                xid, marker, _, _ = Xid.decode(str(msg.xid))
+            except ValueError as exc:
+                unreadable.append(
+                    f"{m.fullname} row ID {msg.id} (CONTAINER {msg.container!r}): "
+                    f"XID {_shortened(str(msg.xid))}: {exc}"
+                )
+                continue
             adds, removes, _ = found[xid]
             (adds if marker == "+" else removes).append(msg)
-        for ack_row in conn.execute(
-            sa.select(a.c.container, a.c.client_id, a.c.sub_name, a.c.xid).where(acks_of)
-        ).all():
-            xid, _, last_ack, prio = Xid.decode(ack_row.xid)
+        acks = conn.execute(
+            sa.select(a.c.container, a.c.client_id, a.c.sub_name, a.c.priority, a.c.xid)
+            .where(acks_of)
+            .order_by(a.c.container, a.c.client_id, a.c.sub_name, a.c.priority)
+        ).all()
+        for ack_row in acks:
+            try:
+                xid, _, last_ack, prio = Xid.decode(ack_row.xid)
+            except ValueError as exc:
+                unreadable.append(
+                    f"{a.fullname} row of subscription CONTAINER {ack_row.container!r}, "
+                    f"CLIENT_ID {ack_row.client_id!r}, SUB_NAME {ack_row.sub_name!r}, "
+                    f"PRIORITY {ack_row.priority}: XID {_shortened(ack_row.xid)}: {exc}"
+                )
+                continue
             key = SubscriptionKey(ack_row.container, ack_row.client_id, ack_row.sub_name)
             # In plain mode ActiveMQ may write the message's JMS priority into the XID while
             # the row's PRIORITY is 0 (as its own recovery does, read it as the row's).
             found[xid][2].append(Ack(key, last_ack, store.column_priority(prio)))
+        if unreadable:
+            raise TransactionError(_unreadable_message(unreadable, only))
         return found
 
     def recover(self) -> list[PreparedTransaction]:
-        """Every prepared transaction found in the tables."""
+        """Every prepared transaction found in the tables. Refused (TransactionError naming
+        the rows) while a row's XID is not ActiveMQ's encoding of prepared work: such a row
+        may belong to any transaction, and a transaction manager takes the list for complete
+        (one it does not find counts as finished, one found without that row could be
+        committed in part)."""
         found = self.store.read(self._prepared)
         return [
             PreparedTransaction(x, tuple(ad), tuple(rm), tuple(ak))
@@ -217,3 +239,46 @@ class XaOperations:
                 .where(*self._ack_row(ack.key, ack.priority))
                 .values(xid=None)
             )
+
+
+#: A value PostgreSQL's ``decode(..., 'base64')`` takes without an error: base64 text of
+#: the standard alphabet, padded (other values, which no transaction's rows hold, are
+#: left to :meth:`XaOperations._prepared` to name rather than failing the statement).
+_BASE64 = "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+#: How many unreadable rows an error lists (the rest are counted).
+_LISTED = 10
+
+
+def _xid_bytes(xid: sa.ColumnElement[str | None]) -> sa.ColumnElement[bytes | None]:
+    """The bytes an XID column holds; NULL where it is not base64 text."""
+    return sa.case((xid.regexp_match(_BASE64), sa.func.decode(xid, "base64")), else_=None)
+
+
+def _shortened(value: str, limit: int = 40) -> str:
+    """``value`` quoted, cut to ``limit`` characters (and its length said) if longer."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def _unreadable_message(rows: list[str], only: Xid | None) -> str:
+    """The error of the XID values ``rows`` describes, met reading ``only``'s work (or
+    every transaction's, for a recover)."""
+    listed = "; ".join(rows[:_LISTED])
+    if len(rows) > _LISTED:
+        listed += f"; and {len(rows) - _LISTED} more"
+    if only is None:
+        doing = (
+            "cannot list the prepared XA transactions: nothing was listed (a list without "
+            "these rows could leave out a transaction, or part of one, which a transaction "
+            "manager would then take for finished or commit in part)"
+        )
+    else:
+        doing = f"cannot read the prepared work of XA transaction {only}: nothing was changed"
+    return (
+        f"{doing}; {len(rows)} row(s) hold an XID that is not ActiveMQ's encoding of "
+        f"prepared XA work: {listed}. Inspect each row: if it is not prepared XA work, set "
+        "its XID to NULL (ActiveMQ writes NULL for a row outside XA), or delete the row; "
+        "every other row is left as it was"
+    )
