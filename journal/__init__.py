@@ -97,6 +97,7 @@ _STORE_NAMES = (
     "JournalIdLostError",
     "JournalRowMissingError",
     "JournalMasterSlaveError",
+    "JournalModeMismatchError",
     "JournalUnusableError",
     "JournaledStore",
 )

@@ -32,6 +32,7 @@ from journal.checkpoint_loop import run_checkpoints, run_maintenance
 from journal.errors import JournalError, JournalPositionError
 from journal.format import Position
 from journal.merge import DatabaseView
+from journal.mode import settle_mode
 from journal.opening import open_store_journal
 from journal.reads import MergedReads
 from journal.records import (
@@ -51,6 +52,7 @@ from journal.support import (
     JournalIdLostError,
     JournalLeftRunningError,
     JournalMasterSlaveError,
+    JournalModeMismatchError,
     JournalRowMissingError,
     JournalUnusableError,
     WouldBlock,
@@ -92,6 +94,7 @@ __all__ = [
     "JournalDatabaseMismatchError",
     "JournalIdLostError",
     "JournalMasterSlaveError",
+    "JournalModeMismatchError",
     "JournalRowMissingError",
     "JournalUnusableError",
     "JournaledStore",
@@ -303,6 +306,9 @@ class JournaledStore(MergedReads):
         self._last_position = stored if stored is not None else start
         top = 0  # the highest ID replayed, also from windows checkpointed on the way
         try:
+            # Before anything is applied: records of the other mode mean something else.
+            pending = (ops for _end, ops in journal.recover(after=stored))
+            settle_mode(self.journal_dir, self.prioritized, pending)
             for position, ops in journal.recover(after=stored):
                 self._state.apply(ops)
                 self._counters["replayed"] += 1

@@ -108,6 +108,10 @@ class JournalDatabaseMismatchError(ConfigError):
     """The journal directory belongs to another database or table prefix."""
 
 
+class JournalModeMismatchError(ConfigError):
+    """The journal holds records to replay written in the other mode (plain or prioritized)."""
+
+
 class JournalLeftRunningError(StoreError):
     """Another journal of this database was left running: its writes may live only there."""
 
