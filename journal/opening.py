@@ -11,7 +11,7 @@ from journal.support import JournalUnusableError, read_journal_id
 from journal.writer import Journal
 from mqstore.store.postgres import PostgresStore
 
-__all__ = ["open_store_journal"]
+__all__ = ["open_store_journal", "unusable"]
 
 
 def open_store_journal(
@@ -28,21 +28,22 @@ def open_store_journal(
     except JournalError as exc:
         raise JournalUnusableError(str(exc)) from exc
     except OSError as exc:
-        raise _unusable(directory, exc) from exc
+        raise unusable(directory, exc) from exc
     try:
         holds = journal.position > journal.start_position
         journal_id = read_journal_id(directory, holds_records=holds)
         check_binding(directory, pg, holds_records=holds)
     except OSError as exc:
         journal.close()
-        raise _unusable(directory, exc) from exc
+        raise unusable(directory, exc) from exc
     except BaseException:
         journal.close()
         raise
     return journal, journal_id
 
 
-def _unusable(directory: Path, exc: OSError) -> JournalUnusableError:
+def unusable(directory: Path, exc: OSError) -> JournalUnusableError:
+    """The error of a journal directory the OS refused (``exc``), with what to do."""
     where = f" ({exc.filename})" if exc.filename else ""
     hint = _HINTS.get(exc.errno or 0, "give --journal-dir a directory this broker can use")
     return JournalUnusableError(

@@ -33,7 +33,7 @@ from journal.errors import JournalError, JournalPositionError
 from journal.format import Position
 from journal.merge import DatabaseView
 from journal.mode import settle_mode
-from journal.opening import open_store_journal
+from journal.opening import open_store_journal, unusable
 from journal.reads import MergedReads
 from journal.records import (
     AckSubscription,
@@ -308,7 +308,10 @@ class JournaledStore(MergedReads):
         try:
             # Before anything is applied: records of the other mode mean something else.
             pending = (ops for _end, ops in journal.recover(after=stored))
-            settle_mode(self.journal_dir, self.prioritized, pending)
+            try:
+                settle_mode(self.journal_dir, self.prioritized, pending)
+            except OSError as exc:  # mode.json could not be written: nothing was replayed
+                raise unusable(self.journal_dir, exc) from exc
             for position, ops in journal.recover(after=stored):
                 self._state.apply(ops)
                 self._counters["replayed"] += 1

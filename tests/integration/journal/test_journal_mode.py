@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from journal.mode import MODE_FILE
-from journal.store import JournaledStore, JournalModeMismatchError
+from journal.store import JournaledStore, JournalModeMismatchError, JournalUnusableError
 from mqstore.store import Ack, SubscriptionKey
 from tests.integration.conftest import msg
 from tests.integration.journal.conftest import JournaledFactory
@@ -153,3 +153,23 @@ def test_journal_without_a_recorded_mode_opens_in_the_given_mode_where_its_recor
     assert _queued(store) == ids
     store.stop(checkpoint=False)
     _refused(make_journaled, directory, prioritized=True)  # the mode taken is recorded
+
+
+def test_a_mode_file_that_cannot_be_written_stops_the_start_with_the_directory_named(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    """The OS refusing mode.json (here a directory in its place) is a journal that cannot be
+    used, said as such, before anything is replayed; once it is cleared, all is there."""
+    directory = tmp_path / "journal"
+    pending, queued = _crashed(make_journaled, directory, prioritized=True)
+    (directory / MODE_FILE).unlink()
+    (directory / MODE_FILE).mkdir()
+    with pytest.raises(JournalUnusableError) as refused:
+        make_journaled(directory, prioritized=True)
+    assert f"cannot open the journal in {directory}" in str(refused.value)
+    assert MODE_FILE in str(refused.value)
+    assert _rows(engine) == 0
+    (directory / MODE_FILE).rmdir()
+    store = make_journaled(directory, prioritized=True)
+    assert _pending(store) == pending
+    assert _queued(store) == queued
