@@ -13,44 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from journal.store import JournaledStore
 from mqstore.store import Ack, Store, SubscriptionKey
 from tests.integration.journal.conftest import Subject
+from tests.integration.test_store_plain_mode_priorities import _stored, _subscribed
 
 T = "topic://prices"
 A = SubscriptionKey(T, "client-a", "sub-a")
 B = SubscriptionKey(T, "client-b", "sub-b")
-
-
-def _stored(engine: Engine, priorities: list[int]) -> list[int]:
-    """Topic rows as ActiveMQ with prioritizedMessages writes them: IDs 1.., PRIORITY given."""
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, "
-                "priority, msg) VALUES (:id, :c, 'ID:amq-1:1:1', :id, 0, :priority, "
-                "'\\x00'::bytea)"
-            ),
-            [{"id": i, "c": T, "priority": p} for i, p in enumerate(priorities, 1)],
-        )
-    return list(range(1, len(priorities) + 1))
-
-
-def _subscribed(engine: Engine, key: SubscriptionKey, priorities: range | tuple[int, ...]) -> None:
-    """ACKS rows (one per priority given) of a subscription that acknowledged nothing."""
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO activemq_acks (container, sub_dest, client_id, sub_name, "
-                "last_acked_id, priority) VALUES (:c, :c, :client, :sub, 0, :priority)"
-            ),
-            [
-                {"c": T, "client": key.client_id, "sub": key.sub_name, "priority": p}
-                for p in priorities
-            ],
-        )
 
 
 def _pages(store: Store, key: SubscriptionKey, limit: int = 2) -> list[int]:
@@ -74,7 +45,7 @@ def test_plain_store_pages_a_subscription_in_id_order_whatever_the_priority_colu
     subject: Callable[..., Subject],
 ) -> None:
     s = subject()
-    ids = _stored(s.engine, [0, 5, 0, 9, 4])
+    ids = _stored(s.engine, T, [0, 5, 0, 9, 4])
     _subscribed(s.engine, A, (0,))
     s.reopen()  # the journaled store reads the rows ActiveMQ wrote
     assert _pages(s.store, A) == ids
@@ -86,7 +57,7 @@ def test_plain_store_delivers_each_message_once_when_acknowledged_one_at_a_time(
     subject: Callable[..., Subject],
 ) -> None:
     s = subject()
-    ids = _stored(s.engine, [0, 5, 0])
+    ids = _stored(s.engine, T, [0, 5, 0])
     _subscribed(s.engine, A, (0,))
     s.reopen()
     delivered: list[int] = []
@@ -109,7 +80,7 @@ def test_plain_store_acknowledges_every_acks_row_of_an_adopted_subscription_in_t
     subject: Callable[..., Subject],
 ) -> None:
     s = subject()
-    _stored(s.engine, [0, 5, 0, 7])
+    _stored(s.engine, T, [0, 5, 0, 7])
     _subscribed(s.engine, A, range(10))  # ActiveMQ with prioritizedMessages wrote it
     _subscribed(s.engine, B, (0,))
     s.reopen()
