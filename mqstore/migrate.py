@@ -413,6 +413,7 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
                 "repair, nothing was changed: " + "; ".join(drift)
             )
         _warn_selectors(conn, schema, report)
+        _note_priorities(conn, schema, report)
         for table in (schema.msgs, schema.acks, schema.lock):
             count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
             report.rows[table.name] = int(count)
@@ -469,6 +470,24 @@ def _warn_selectors(conn: Connection, schema: StoreSchema, report: AdoptReport) 
         "resume them and keeps their messages stored: consume them with ActiveMQ first, or "
         "delete them (STOMP UNSUBSCRIBE with activemq.subscriptionName) and subscribe again "
         "without a selector"
+    )
+
+
+def _note_priorities(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:
+    """Messages stored with a PRIORITY other than 0 show ActiveMQ ran with
+    ``prioritizedMessages``: say which mqstore setting keeps delivering by priority, and what
+    the default does with them (reads them in ID order, as ActiveMQ's plain mode)."""
+    m = schema.msgs.c
+    prioritized = conn.execute(
+        sa.select(sa.exists().where(m.priority.is_not(None), m.priority != 0))
+    ).scalar_one()
+    if not prioritized:
+        return
+    report.actions.append(
+        "note: messages are stored with a PRIORITY other than 0, so ActiveMQ ran with "
+        "prioritizedMessages=true. Set MQSTORE_PRIORITIZED_MESSAGES=true for mqstore to "
+        "deliver by priority too; without it (the default, ActiveMQ's plain mode) every "
+        "message is still delivered, durable subscriptions in ID order"
     )
 
 

@@ -137,6 +137,7 @@ def test_adopt_activemq_fixture_keeps_every_row(empty_engine: Engine) -> None:
         }
     report = migrate.adopt(empty_engine)
     assert report.rows == {"activemq_msgs": 17, "activemq_acks": 2, "activemq_lock": 1}
+    assert not [a for a in report.actions if "prioritizedMessages" in a]  # it ran plain
     with empty_engine.connect() as conn:
         for table, rows in before.items():
             assert conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY 1, 2")).all() == rows
@@ -284,3 +285,22 @@ def test_adopt_gives_rows_without_a_priority_the_0_activemq_writes(empty_engine:
     finally:
         store.stop()
     assert migrate.check(empty_engine) == []
+
+
+def test_adopt_says_when_activemq_stored_priorities_and_which_setting_follows_them(
+    empty_engine: Engine,
+) -> None:
+    """Rows ActiveMQ stored with prioritizedMessages (a PRIORITY other than 0) are noted with
+    the setting that delivers by priority; a plain store still delivers every one of them."""
+    load_activemq_fixture(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("UPDATE activemq_msgs SET priority = 7 WHERE id IN (8, 10)"))
+    [note] = [a for a in migrate.adopt(empty_engine).actions if "prioritizedMessages" in a]
+    assert "MQSTORE_PRIORITIZED_MESSAGES=true" in note
+    store = PostgresStore(empty_engine, cleanup_interval_s=0)
+    store.start()
+    try:
+        sub = SubscriptionKey("topic://FIXTURE.T", "fix-sub-b", "subB")
+        assert [m.id for m in store.page_subscription(sub, None, 100)] == [7, 8, 9, 10, 11]
+    finally:
+        store.stop()
