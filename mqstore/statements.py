@@ -315,10 +315,18 @@ def _pending(msgs: str, acks: str, prioritized: bool) -> str:
     # A join, as the prioritized form: a scalar subquery would make ``m.id > $0`` an index
     # range on the primary key, read in ID order and then sorted into delivery order.
     return (
-        f"FROM {msgs} m JOIN (SELECT min(last_acked_id) AS last_acked_id FROM {acks} "
-        "WHERE container = :container AND client_id = :client_id AND sub_name = :sub_name "
-        f"AND priority < {SUB_PRIORITIES}) d ON m.id > d.last_acked_id "
+        f"FROM {msgs} m JOIN ({_plain_position(acks)}) d ON m.id > d.last_acked_id "
         "WHERE m.container = :container AND m.xid IS NULL "
+    )
+
+
+def _plain_position(acks: str) -> str:
+    """The position of subscription (:container, :client_id, :sub_name) in a plain store:
+    the least LAST_ACKED_ID of its rows (``last_acked_id``)."""
+    return (
+        f"SELECT min(last_acked_id) AS last_acked_id FROM {acks} WHERE container = :container "
+        "AND client_id = :client_id AND sub_name = :sub_name "
+        f"AND priority < {SUB_PRIORITIES}"
     )
 
 
@@ -331,16 +339,11 @@ def _page_subscription(msgs: str, acks: str, pending: str, prioritized: bool) ->
         return bytes_bounded_page(
             pending + "AND m.id < :bound AND (- m.priority, m.id) > (:neg_priority, :after_id) "
         )
-    position = (
-        f"d AS (SELECT min(last_acked_id) AS last_acked_id FROM {acks} "
-        "WHERE container = :container AND client_id = :client_id AND sub_name = :sub_name "
-        f"AND priority < {SUB_PRIORITIES})"
-    )
     return id_ordered_page(
         msgs,
         f"m.container = :container AND m.xid IS NULL AND m.id < :bound AND {PLAIN_AFTER} "
         "AND m.id > (SELECT last_acked_id FROM d)",
-        position,
+        f"d AS ({_plain_position(acks)})",
     )
 
 

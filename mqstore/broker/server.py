@@ -23,7 +23,7 @@ from typing import Any
 from mqstore.broker.closing import close_after_output
 from mqstore.broker.config import BrokerConfig
 from mqstore.broker.dlq_audit import DeadLetterAudit
-from mqstore.broker.durable import DurableSub
+from mqstore.broker.durable import DurableSub, selector_way_out
 from mqstore.broker.flow import StoreUsage
 from mqstore.broker.frames import encode_frame
 from mqstore.broker.messages import BrokerMessage, UnrenderableError, dead_letter, stomp_name
@@ -126,9 +126,9 @@ class Broker:
                 log.warning(
                     "durable subscription %r of client %r on %s has the message selector %r, "
                     "which this broker does not evaluate: a SUBSCRIBE that resumes it is "
-                    "refused; its %d stored message(s) are kept (consume it with ActiveMQ, or "
-                    "delete it with UNSUBSCRIBE)",
+                    "refused; its %d stored message(s) are kept (%s)",
                     sub.key.sub_name, sub.key.client_id, sub.container, sub.selector, backlog,
+                    selector_way_out(stomp_name(sub.container), sub.key.sub_name),
                 )  # fmt: skip
 
     async def stop(self) -> None:
