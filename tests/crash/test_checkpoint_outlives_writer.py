@@ -277,6 +277,8 @@ def restarted(
         (go / "checkpoint").touch()
 
         def held() -> list[int]:
+            # A waiting backend's wait event reads empty for an instant each time it wakes
+            # (e.g. for the barrier every CREATE DATABASE sends): callers poll.
             return [
                 int(pid)  # type: ignore[call-overload]
                 for pid, app, kind, event, query in _backends(admin)
@@ -289,14 +291,24 @@ def restarted(
                 )
             ]
 
-        _wait("the writer's checkpoint to wait for the test's lock", held)
-        [orphan] = held()
+        waiting: list[int] = []
+
+        def found_waiting() -> bool:
+            waiting.extend(held())
+            return bool(waiting)
+
+        _wait("the writer's checkpoint to wait for the test's lock", found_waiting)
+        [orphan] = set(waiting)
         (go / "window3").touch()
         _wait("the writer's third window", lambda: logged("WINDOW 3"))
         os.kill(writer.pid, signal.SIGKILL)
         writer.join(TIMEOUT_S)
         assert writer.exitcode == -signal.SIGKILL
-        assert orphan in held(), "the killed writer's transaction did not outlive it"
+        _wait(
+            "the killed writer's transaction to show it outlived it",
+            lambda: orphan in held(),
+            timeout=5,
+        )
         ledger = Ledger.read(log)
 
         store = _store(dsn, journal)
