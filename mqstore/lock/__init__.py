@@ -14,9 +14,10 @@ lock, so a row locker would get the row at once (and a row holder blocks lease U
 from __future__ import annotations
 
 from mqstore.lock.exclusive import ExclusiveLease
-from mqstore.lock.lease import GUARD_GRACE_MS, LeaseLocker
+from mqstore.lock.lease import LeaseLocker
 from mqstore.lock.locker import Locker, NoLocker, Renewal
 from mqstore.lock.row import RowLocker
+from mqstore.lock.standby import GUARD_GRACE_MS
 from mqstore.lock.status import LockStatus, describe_lock, read_lock
 
 __all__ = [

@@ -9,8 +9,9 @@ import time
 from sqlalchemy.engine import Connection
 
 from mqstore.errors import LockError
-from mqstore.lock.lease import LeaseLocker, OwnLease, same_name_hint
+from mqstore.lock.lease import LeaseLocker
 from mqstore.lock.locker import Renewal
+from mqstore.lock.standby import OwnLease, same_name_hint
 from mqstore.lock.status import read_lock
 
 log = logging.getLogger(__name__)

@@ -3,14 +3,11 @@ mqstore standby take over the moment a master's process dies."""
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -21,71 +18,15 @@ from mqstore.errors import ConfigError, LockLostError
 from mqstore.lock.guard import Guard
 from mqstore.lock.locker import Renewal
 from mqstore.lock.retries import RetryWarnings
+from mqstore.lock.standby import GuardSeen, GuardWatch, OwnLease, judge_own_lease, standby_message
 from mqstore.lock.status import LockStatus, find_lock, read_lock
 from mqstore.schema import StoreSchema
 
 log = logging.getLogger(__name__)
 
-
-#: A holder's guard session as a standby's watch session sees it, with that watch session's
-#: backend pid and the server's start (with the session's own generation, see
-#: ``LeaseLocker._see_guard``, they stay the same only while neither the watch session nor
-#: the server restarted: then a guard that ended, ended on its own).
-_GUARD_SEEN = sa.text(
-    "SELECT pg_backend_pid() AS pid, pg_postmaster_start_time() AS started, "
-    "CAST(extract(epoch FROM clock_timestamp() - pg_postmaster_start_time()) * 1000 "
-    "AS bigint) AS up_ms, "
-    "EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = :name) AS alive"
-)
-
 #: How many lease ends a holder remembers having sent since its last confirmed renewal:
 #: renewals whose reply was lost may each have committed (a 5 s renewal fills it in 80 min).
 MAX_UNCONFIRMED_LEASES = 1000
-
-#: A holder reopens its guard session within a fraction of a second of the database
-#: answering again; a renewal this long after the server started proves the guard was open.
-GUARD_GRACE_MS = 2000
-
-
-@dataclass(frozen=True)
-class _GuardSeen:
-    alive: bool
-    session: tuple[int, int, object]  # the watch session: (generation, backend pid, server start)
-    up_ms: int  # how long the server has been up
-
-
-class OwnLease(enum.Enum):
-    """What a broker finds when the lease is held under its own name."""
-
-    GONE = "gone"  # no guard, and the holder renewed on this server: it died; take it now
-    UNKNOWN = "unknown"  # no proof either way (a database restart since): wait for expiry
-    ALIVE = "alive"  # a guard session under this name is open
-
-
-def same_name_hint() -> str:
-    """Who holds a lease under this broker's own name while its guard session is open, and
-    how to tell the two brokers apart: sentences for messages that just named the holder."""
-    return (
-        "That is this broker's own name: another process uses it, a second broker on this "
-        "host (every broker on a host has the same default name, mqstore-<host name>) or one "
-        "on another host given this name. `mqstore lock status` names the holder only by it: "
-        "give each broker its own name with --broker-name (or MQSTORE_BROKER_NAME)."
-    )
-
-
-def standby_message(status: LockStatus, own: OwnLease | None) -> str:
-    """What a waiting standby logs about the lock row: who holds it and, when that is this
-    standby's own name (``own`` is then what it found out about that holder), who that is."""
-    waiting = f"waiting as slave: lock {status.describe()}"
-    if own is OwnLease.ALIVE:
-        return f"{waiting}. {same_name_hint()}"
-    if own is OwnLease.UNKNOWN:
-        return (
-            f"{waiting}. That is this broker's own name: an earlier run of this broker that "
-            "did not release it (killed, or stopped while the database was unreachable), or "
-            "another process with the same name; waiting for that lease to expire."
-        )
-    return waiting
 
 
 class LeaseLocker:
@@ -146,10 +87,9 @@ class LeaseLocker:
         self._mutex = threading.Lock()
         self._guard: Guard | None = None
         # the holder the lock row named when its guard was seen alive, and the watch session
-        # that saw it (see _GUARD_SEEN); dropped when the row names anyone else
+        # that saw it (see GuardSeen); dropped when the row names anyone else
         self._noted: tuple[str, tuple[int, int, object]] | None = None
-        self._watch: Connection | None = None  # a standby's session for watching guards
-        self._watch_generation = 0  # which watch session (a new one never vouches for the old)
+        self._watch = GuardWatch(engine)  # a standby's session for watching guards
         self._own: OwnLease | None = None  # what the last standby check found of our own name
 
     @property
@@ -273,42 +213,17 @@ class LeaseLocker:
             guard.close(wait=wait)
 
     # -- a standby watching the holder's guard ----------------------------------------------
-    def _watch_session(self) -> Connection:
-        if self._watch is None:
-            self._watch = self.engine.connect()
-            self._watch_generation += 1
-        return self._watch
-
-    def _drop_watch(self) -> None:
-        """Drop the watch session (after an error): a guard seen from it proves nothing
-        about why that guard is gone when a later session looks (the server may have
-        restarted in between)."""
-        watch, self._watch = self._watch, None
-        if watch is not None:
-            with contextlib.suppress(SQLAlchemyError):
-                watch.invalidate()
-                watch.close()
-
-    def _see_guard(self, conn: Connection, holder: str) -> _GuardSeen:
-        row = conn.execute(_GUARD_SEEN, {"name": self.guard_name(holder)}).one()
-        session = (self._watch_generation if conn is self._watch else 0, int(row.pid), row.started)
-        return _GuardSeen(bool(row.alive), session, int(row.up_ms))
+    def _see_guard(self, conn: Connection, holder: str) -> GuardSeen:
+        return self._watch.see(conn, self.guard_name(holder))
 
     def own_lease(self, conn: Connection, status: LockStatus) -> OwnLease:
         """The lease is held under this broker's own name: is that holder (an earlier run of
-        this broker, normally) provably gone? Only when no guard session under this name is
-        open and the holder last renewed at least :data:`GUARD_GRACE_MS` after the server
-        started: it then had its guard on this very server, and a session that ends without
-        a server restart ends with its process."""
+        this broker, normally) provably gone? See :func:`~mqstore.lock.standby.judge_own_lease`."""
         seen = self._see_guard(conn, self.holder)
-        if seen.alive:
-            return OwnLease.ALIVE
-        if status.time is None:
-            return OwnLease.UNKNOWN
-        renewed_ms_ago = self._now_ms(conn) - (status.time - self.lease_ms)
-        if renewed_ms_ago + GUARD_GRACE_MS < seen.up_ms:
-            return OwnLease.GONE
-        return OwnLease.UNKNOWN
+        renewed_ms_ago = (
+            None if status.time is None else self._now_ms(conn) - (status.time - self.lease_ms)
+        )
+        return judge_own_lease(seen, renewed_ms_ago)
 
     def take_over_dead(self, dead: str, why: str) -> bool:
         """The holder is gone: take its lease now, only if the row still names it and, once
@@ -371,7 +286,7 @@ class LeaseLocker:
                             self.holder,
                         )
                         return True
-                    conn = self._watch_session()
+                    conn = self._watch.session()
                     status = read_lock(conn, self.schema)
                     if self._standby_check(conn, status):
                         return True
@@ -384,14 +299,14 @@ class LeaseLocker:
                         log.log(level, "%s", standby_message(status, own))
                         last_seen = seen
                 except SQLAlchemyError as exc:
-                    self._drop_watch()
+                    self._watch.drop()
                     retries.failed(
                         "lock attempt failed", describe_connect_error(exc, self.engine.url)
                     )
                 stop.wait(self.poll_s)
             return False
         finally:
-            self._drop_watch()
+            self._watch.drop()
             self._noted = None
 
     # -- the master's side -------------------------------------------------------------------

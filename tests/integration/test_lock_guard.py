@@ -118,7 +118,7 @@ def _pause_after_acquiring(
 def _standby_looks(standby: LeaseLocker) -> bool:
     """One look of a waiting standby at the lock row and its holder's guard, on its watch
     session (each poll of ``acquire`` does this after its own attempt); True if it took over."""
-    conn = standby._watch_session()
+    conn = standby._watch.session()
     try:
         return standby._standby_check(conn, read_lock(conn, SCHEMA))
     finally:
