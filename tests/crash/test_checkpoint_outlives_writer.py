@@ -277,8 +277,8 @@ def restarted(
         (go / "checkpoint").touch()
 
         def held() -> list[int]:
-            # A waiting backend's wait event reads empty for an instant each time it wakes
-            # (e.g. for the barrier every CREATE DATABASE sends): callers poll.
+            # A waiting backend's wait event is cleared for an instant each time it wakes
+            # (its deadlock check after deadlock_timeout, an interrupt): callers poll.
             return [
                 int(pid)  # type: ignore[call-overload]
                 for pid, app, kind, event, query in _backends(admin)
