@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from mqstore.broker.closing import close_after_output
 from mqstore.broker.frames import Frame, FrameError, FrameParser, encode_frame
-from mqstore.broker.handlers import Handlers, for_client
+from mqstore.broker.handler_state import for_client
+from mqstore.broker.handlers import Handlers
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.transactions import Transaction
 from mqstore.errors import MqstoreError

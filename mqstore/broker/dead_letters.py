@@ -1,0 +1,166 @@
+"""Dead-lettering (mixed into :class:`~mqstore.broker.server.Broker`): messages consumed
+and their copies added to the DLQ in one store write, with ActiveMQ's DLQ audit, and the
+store IDs whose move is in flight (an expiry sweep leaves those alone)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mqstore.broker.config import BrokerConfig
+from mqstore.broker.dlq_audit import DeadLetterAudit
+from mqstore.broker.flow import StoreUsage
+from mqstore.broker.messages import BrokerMessage, dead_letter
+from mqstore.broker.subscriptions import Dispatcher
+from mqstore.broker.writer import Done, Op
+from mqstore.errors import DuplicateMessageError, StoreError
+from mqstore.store.model import Outcome
+from mqstore.store.port import Store
+
+log = logging.getLogger(__name__)
+
+
+class DeadLetters:
+    """Moves of messages to their dead-letter queue; the state lives in the broker."""
+
+    store: Store
+    config: BrokerConfig
+    usage: StoreUsage
+    _retries: set[asyncio.Task[None]]  # DLQ moves tried again (kept alive)
+    _dlq_audit: DeadLetterAudit
+    #: store IDs whose move to the DLQ (or expiry removal) is in flight: how many moves
+    _moving: dict[int, int]
+
+    if TYPE_CHECKING:  # provided by the broker
+
+        def writer_submit(self, op: Op, done: Done | None) -> asyncio.Future[list[int]]: ...
+        def stored(self, msg: BrokerMessage, ident: int) -> None: ...
+        def route(self, msg: BrokerMessage) -> None: ...
+
+    def _init_dead_letters(self) -> None:
+        """No move in flight yet."""
+        self._retries = set()
+        self._dlq_audit = DeadLetterAudit()
+        self._moving = {}
+
+    def dead_letter(
+        self, dest: Dispatcher, msgs: list[BrokerMessage], outcome: Outcome
+    ) -> asyncio.Future[list[int]]:
+        """Atomically consume ``msgs`` from ``dest`` and add copies to the DLQ (persistent only).
+
+        As ActiveMQ's DLQ audit, a copy the DLQ holds, is about to hold or lately held
+        (another subscriber of a topic dead-lettered the same message) is not added twice;
+        the messages are consumed all the same.
+        """
+        op, finish = dest.settle_work(msgs, outcome)
+        move = _Move(op, finish, asyncio.get_running_loop().create_future(), dest, msgs)
+        move.ids = [m.store_id for m in msgs if m.store_id is not None]
+        self._hold(move.ids)
+        for m in msgs:
+            dlq = self.config.dlq_for(m.container)
+            if (m.persistent or self.config.dlq_non_persistent) and m.container != dlq:
+                self._add_copy(move, dead_letter(m, dlq))
+        if move.copies:
+            log.info("%d message(s) of %s moved to the DLQ (%s)", len(move.copies), dest.container,
+                     outcome.value)  # fmt: skip
+        self._submit_move(move, retry=True)
+        return move.result
+
+    def _add_copy(self, move: _Move, copy: BrokerMessage) -> None:
+        """Add ``copy`` to ``move`` unless a copy of it is on its way to the DLQ already."""
+        row = copy.new_message()
+        key = (row.container, row.msgid_prod, row.msgid_seq)
+        if not self._dlq_audit.claim(key):
+            log.info("not adding duplicate %s to %s", copy.ow.jms_message_id, copy.container)
+            return
+        move.keys.append(key)
+        move.copies.append(copy)
+
+    def _submit_move(self, move: _Move, *, retry: bool) -> None:
+        op = move.op
+        op.adds = [c.new_message() for c in move.copies]
+
+        def done(ids: list[int] | None, exc: BaseException | None) -> None:
+            if retry and move.copies and isinstance(exc, DuplicateMessageError):
+                task = asyncio.get_running_loop().create_task(self._move_without_stored(move))
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+                return
+            self._dlq_audit.settle(move.keys, added=exc is None and ids is not None)
+            self._release(move.ids)
+            if exc is not None or ids is None:
+                log.error("moving messages to the DLQ failed: %s", exc)
+                move.dest.unsettled(move.msgs)
+                _fail(move.result, exc or StoreError("the store returned no IDs"))
+                return
+            for copy, ident in zip(move.copies, ids, strict=True):
+                self.stored(copy, ident)
+                self.usage.add(copy.size)
+                self.route(copy)
+            move.finish()
+            if not move.result.done():
+                move.result.set_result(ids)
+
+        self.writer_submit(op, done)
+
+    async def _move_without_stored(self, move: _Move) -> None:
+        """The DLQ refused a copy as a duplicate (one stored before, e.g. before a restart):
+        move again without the copies it holds, so the messages are still consumed."""
+        try:
+            stored = await asyncio.to_thread(self._stored_copies, move.copies)
+        except Exception as exc:
+            self._dlq_audit.settle(move.keys, added=False)
+            self._release(move.ids)
+            log.error("moving messages to the DLQ failed: %s", exc)
+            move.dest.unsettled(move.msgs)
+            _fail(move.result, exc)
+            return
+        for copy in stored:
+            log.info("not adding duplicate %s to %s", copy.ow.jms_message_id, copy.container)
+        move.copies = [c for c in move.copies if c not in stored]
+        move.op = Op(removes=move.op.removes, acks=move.op.acks)
+        self._submit_move(move, retry=False)
+
+    def _hold(self, ids: list[int]) -> None:
+        """Mark store IDs as being moved (an expiry sweep leaves them alone)."""
+        for i in ids:
+            self._moving[i] = self._moving.get(i, 0) + 1
+
+    def _release(self, ids: list[int]) -> None:
+        for i in ids:
+            left = self._moving.pop(i, 1) - 1
+            if left > 0:
+                self._moving[i] = left
+
+    def _stored_copies(self, copies: list[BrokerMessage]) -> list[BrokerMessage]:
+        """Worker thread: the copies whose JMS message id their DLQ holds already."""
+        found = []
+        for copy in copies:
+            row = copy.new_message()
+            if self.store.find(row.msgid_prod, row.msgid_seq, row.container) is not None:
+                found.append(copy)
+        return found
+
+
+@dataclass(eq=False)
+class _Move:
+    """One move of messages to the DLQ: the settle work and the copies it adds."""
+
+    op: Op
+    finish: Callable[[], None]
+    result: asyncio.Future[list[int]]
+    dest: Dispatcher  # where the messages are consumed from
+    msgs: list[BrokerMessage]  # the messages it consumes
+    copies: list[BrokerMessage] = field(default_factory=list)
+    keys: list[tuple[str, str, int]] = field(default_factory=list)  # audit entries it holds
+    ids: list[int] = field(default_factory=list)  # store IDs of the messages it consumes
+
+
+def _fail(fut: asyncio.Future[list[int]], exc: BaseException) -> None:
+    """Fail ``fut`` (marked retrieved: callers may not wait for it)."""
+    if not fut.done():
+        fut.set_exception(exc)
+        fut.exception()
