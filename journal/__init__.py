@@ -1,7 +1,8 @@
 """mqstore's local write-ahead journal.
 
-The log layer (this package's ``records``, ``format``, ``segments``, ``writer``, ``reader``
-and ``maintenance`` modules) stores atomic batches of store operations in CRC-protected
+The log layer (this package's ``records``, ``format``, ``frames``, ``segments``, ``seals``,
+``scans``, ``resumption``, ``sync_policy``, ``stats``, ``writer``, ``reader``, ``maintenance``
+and ``repair`` modules) stores atomic batches of store operations in CRC-protected
 records inside numbered segment files, with group-commit durability::
 
     with Journal.open(directory, sync_policy="always") as journal:
@@ -10,9 +11,10 @@ records inside numbered segment files, with group-commit durability::
         end = journal.append([AddMessage(...), RemoveMessages(...)])  # durable on return
         journal.release(checkpoint_position)  # drop segments wholly behind a checkpoint
 
-The log layer never imports ``mqstore``. The store layer (``store``, ``state``,
-``checkpoint``, ``merge``, ``reads``) builds :class:`JournaledStore`, the store port with the
-journal in front of PostgreSQL; import it from ``journal.store`` (see docs/journal.md).
+The log layer never imports ``mqstore``. The store layer (``store``, ``lifecycle``,
+``writes``, ``checkpointing``, ``reads``, ``state``, ``checkpoint``, ``merge`` and their
+helpers) builds :class:`JournaledStore`, the store port with the journal in front of
+PostgreSQL; import it from ``journal.store`` (see docs/journal.md).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from journal.errors import (
 )
 from journal.format import MAX_PAYLOAD, RECORD_BATCH, RECORD_CHECKPOINT, Position
 from journal.maintenance import InspectReport, Problem, SegmentInfo, inspect
-from journal.reader import RecoveryReport, read_records
+from journal.reader import read_records
 from journal.records import (
     AckSubscription,
     AddMessage,
@@ -47,7 +49,10 @@ from journal.records import (
     encode_batch,
 )
 from journal.repair import RepairAction, RepairPlan, repair
-from journal.writer import DEFAULT_SEGMENT_SIZE, Journal, JournalStats, SyncPolicy
+from journal.scans import RecoveryReport
+from journal.stats import JournalStats
+from journal.sync_policy import SyncPolicy
+from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
 
 __all__ = [
     "DEFAULT_SEGMENT_SIZE",

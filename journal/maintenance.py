@@ -17,8 +17,10 @@ from journal.format import (
     Position,
     segment_file_name,
 )
-from journal.reader import Damage, Frame, FrameWalker, SegmentScan, resync, scan_log
+from journal.frames import Frame, FrameWalker, resync
+from journal.reader import scan_log
 from journal.records import CheckpointMark, decode_batch, flatten, op_name
+from journal.scans import Damage, SegmentScan
 from journal.segments import missing_after, read_newest
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Reading the log: frame walking, whole-log validation, torn-tail recovery and replay.
+"""Reading the log: whole-log validation, torn-tail recovery and replay of its records.
 
 Torn tail vs. corruption: only the end of the *last* segment can hold a record that was
 being written when the process or machine stopped, and such a record was never
@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from journal.errors import (
@@ -54,24 +52,25 @@ from journal.errors import (
     JournalSegmentGoneError,
 )
 from journal.format import (
-    FLAG_SEALS_PREVIOUS,
-    FRAME_CRC,
-    FRAME_HEAD,
-    FRAME_OVERHEAD,
     HEADER_SIZE,
-    MAX_PAYLOAD,
     RECORD_PADDING,
-    RECORD_TYPES,
-    SEAL_FRAME_SIZE,
     Position,
-    Seal,
     UnsupportedFormatError,
     decode_header,
-    decode_seal,
-    frame_crc,
-    header_flags,
 )
+from journal.frames import Frame, FrameWalker, all_zero, resync
 from journal.records import Op, decode_batch
+from journal.scans import Damage, LogScan, RecoveryReport, SegmentScan
+from journal.seals import (
+    UNSEALED,
+    UNSEALED_CUT,
+    cut_short,
+    next_seal,
+    ran_on,
+    read_seal,
+    runs_on,
+    unsealed,
+)
 from journal.segments import list_segments, read_newest
 
 __all__ = [
@@ -96,98 +95,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One valid record in a segment: byte range, type and (unparsed) payload."""
-
-    start: int
-    end: int
-    record_type: int
-    payload: memoryview
-
-
-@dataclass(frozen=True, slots=True)
-class Damage:
-    """The first invalid bytes of a segment (``torn``: qualifies as a torn tail; ``zeros``:
-    only zero bytes from ``offset`` on, which past the last record is preallocated space)."""
-
-    segment: int
-    path: Path
-    offset: int
-    size: int
-    reason: str
-    torn: bool
-    header: bool = False
-    zeros: bool = False
-
-    @property
-    def free_space(self) -> bool:
-        """Whether this is only the writer's zero-filled space after the last record."""
-        return self.torn and self.zeros and not self.header
-
-    @property
-    def bytes_after(self) -> int:
-        """Bytes from the damage to the end of the segment file."""
-        return self.size - self.offset
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    """What ``Journal.open`` dropped from a torn tail (only unacknowledged writes)."""
-
-    segment: int
-    path: Path
-    offset: int
-    dropped_bytes: int
-    reason: str
-    removed_file: bool = False
-
-    def __str__(self) -> str:
-        what = "removed the segment file" if self.removed_file else f"truncated at {self.offset}"
-        return (
-            f"journal torn tail in {self.path}: {what}, dropped {self.dropped_bytes} "
-            f"bytes ({self.reason}); only unacknowledged writes can be there"
-        )
-
-
-@dataclass(slots=True)
-class SegmentScan:
-    """Validation result of one segment."""
-
-    number: int
-    path: Path
-    size: int
-    records: int = 0
-    first: Position | None = None
-    last: Position | None = None
-    end: Position | None = None
-    damage: Damage | None = None
-    seal: Seal | None = None  # the seal of the segment before, that this one starts with
-
-    @property
-    def data_start(self) -> int:
-        """Where its records start: after the header and its seal, if any."""
-        return HEADER_SIZE + (SEAL_FRAME_SIZE if self.seal is not None else 0)
-
-
-@dataclass(slots=True)
-class LogScan:
-    """Validation result of a whole journal directory (stops at the first damage)."""
-
-    segments: list[SegmentScan] = field(default_factory=list)
-    damage: Damage | None = None
-    unscanned: list[tuple[int, Path]] = field(default_factory=list)
-
-    @property
-    def end(self) -> Position | None:
-        """End of the last valid record (header end of an empty last segment)."""
-        for seg in reversed(self.segments):
-            if seg.end is not None:
-                return seg.end
-        return None
-
-
 #: Why a segment with a header and no record is damage when later segments follow: the
 #: writer moves on to a new segment only once the active one holds a record, and ``repair``
 #: puts a padding record into the segments it leaves empty.
@@ -195,173 +102,6 @@ EMPTY_SEGMENT = (
     "it holds no records, yet later segments follow (the writer never leaves a segment "
     "empty): its records were cut away, or an earlier repair left it empty"
 )
-
-#: Why a segment flagged to start with a seal but holding no valid record at all is, as
-#: the last one, a segment whose creation a crash cut short (header and seal are written
-#: in one write and synced before the segment is used) ...
-UNSEALED = "its creation was cut short: the seal it starts with is missing"
-#: ... unless the directory's ``newest`` names it, which is written only after that sync.
-UNSEALED_CUT = (
-    "cut to its header: the seal it starts with is missing, yet it was made whole (file "
-    "'newest' names it): whatever records it held were cut away"
-)
-
-
-def read_seal(view: memoryview) -> Seal | None:
-    """The seal a segment (its header valid) starts with, or None: not flagged to have one
-    (earlier builds, the first segment, repair's stand-ins) or the seal is not there."""
-    if not header_flags(view) & FLAG_SEALS_PREVIOUS:
-        return None
-    end = HEADER_SIZE + SEAL_FRAME_SIZE
-    if len(view) < end:
-        return None
-    frame = next(iter(FrameWalker(view[:end])), None)
-    if frame is None or frame.record_type != RECORD_PADDING:
-        return None
-    return decode_seal(frame.payload)
-
-
-def unsealed(view: memoryview) -> bool:
-    """Whether a valid header flagged to start with a seal has no valid record after it."""
-    if not header_flags(view) & FLAG_SEALS_PREVIOUS or read_seal(view) is not None:
-        return False
-    return resync(view, HEADER_SIZE) is None
-
-
-def next_seal(number: int, nxt: Path) -> Seal | None:
-    """The seal of segment ``number`` that ``nxt``, the segment file after it, starts with:
-    None when it has none (earlier builds, a stand-in), its header does not check out or
-    names another segment, or the file is gone (released)."""
-    try:
-        with open(nxt, "rb") as f:
-            view = memoryview(f.read(HEADER_SIZE + SEAL_FRAME_SIZE))
-    except FileNotFoundError:
-        return None
-    try:
-        if decode_header(view) != number + 1:
-            return None
-    except ValueError:
-        return None
-    seal = read_seal(view)
-    return seal if seal is not None and seal.segment == number else None
-
-
-def runs_on(view: memoryview, start: int, seal: Seal) -> int | None:
-    """Where a segment's bytes run on past the end its ``seal`` records: the start of the
-    first record from ``start`` that ends after it, else the sealed end itself; None when
-    the segment is no longer than its seal says."""
-    if len(view) <= seal.end:
-        return None
-    for frame in FrameWalker(view, start):
-        if frame.end > seal.end:
-            return frame.start
-    return seal.end
-
-
-def ran_on(number: int, path: Path, seal: Seal, at: int, view: memoryview) -> Damage:
-    """Damage of segment ``number`` (``path``, its bytes ``view``) holding bytes from ``at``
-    on past the end its ``seal`` records (see :func:`runs_on`): written after the writer
-    moved on to the next segment, or the file was replaced by another copy, so what they
-    hold is not in the log's order."""
-    found = sum(1 for f in FrameWalker(view, at) if f.record_type != RECORD_PADDING)
-    following = seal.segment + 1
-    reason = (
-        f"it runs on past its sealed end: the seal segment {following} starts with says it "
-        f"ended at offset {seal.end} after {seal.records} record(s), yet {len(view) - at} "
-        f"more bytes ({found} readable record(s)) follow from offset {at}. They were "
-        f"written after the writer had moved on to segment {following}, or the file was "
-        f"replaced by another copy: they are out of the log's order and are not replayed. "
-        f"Keep a copy of {path.name} if they may matter; repair cuts them off"
-    )
-    return Damage(number, path, at, len(view), reason, torn=False)
-
-
-def cut_short(seg: SegmentScan, seal: Seal) -> Damage | None:
-    """Damage when ``seg``, read whole, ends before the ``seal`` the next segment starts
-    with says it did: records cut away at a record boundary (a bad copy, a lost tail)."""
-    if seal.segment != seg.number or seg.size >= seal.end:
-        return None
-    lost = seal.records - seg.records
-    what = f"{lost} acknowledged record(s)" if lost > 0 else "acknowledged records"
-    reason = (
-        f"cut short: it ends at offset {seg.size} after {seg.records} record(s), but the "
-        f"next segment's seal says it ended at {seal.end} after {seal.records}; {what} "
-        f"({seal.end - seg.size} bytes) were cut away"
-    )
-    return Damage(seg.number, seg.path, seg.size, seg.size, reason, torn=False)
-
-
-_TYPE_BYTE = re.compile(rb"[\x01\x02\x03]")
-
-
-def _all_zero(view: memoryview) -> bool:
-    return not bytes(view).strip(b"\x00")
-
-
-def resync(view: memoryview, start: int) -> int | None:
-    """Offset of the first valid frame at or after ``start``, or None."""
-    data = bytes(view)
-    for match in _TYPE_BYTE.finditer(data, start + FRAME_HEAD.size - 1):
-        pos = match.start() - (FRAME_HEAD.size - 1)
-        (length,) = FRAME_CRC.unpack_from(data, pos)
-        end = pos + FRAME_OVERHEAD + length
-        if end > len(data):
-            continue
-        (stored,) = FRAME_CRC.unpack_from(data, end - FRAME_CRC.size)
-        head = view[pos : pos + FRAME_HEAD.size]
-        if stored == frame_crc(head, view[pos + FRAME_HEAD.size : end - FRAME_CRC.size]):
-            return pos
-    return None
-
-
-def _nothing_follows(view: memoryview, pos: int) -> bool:
-    """Whether no valid frame starts after ``pos``: bad bytes there may be a torn write."""
-    return resync(view, pos + 1) is None
-
-
-class FrameWalker:
-    """Iterate the valid frames of a segment's bytes; ``problem`` is set where it stops.
-
-    ``problem`` is ``(offset, reason, torn_shaped)``; torn-shaped damage is a torn tail if
-    the segment is the last one.
-    """
-
-    def __init__(self, view: memoryview, start: int = HEADER_SIZE) -> None:
-        self.view = view
-        self.start = start
-        self.problem: tuple[int, str, bool] | None = None
-
-    def __iter__(self) -> Iterator[Frame]:
-        view, pos, size = self.view, self.start, len(self.view)
-        while pos < size:
-            if size - pos < FRAME_OVERHEAD:
-                self.problem = (pos, f"incomplete record header ({size - pos} bytes)", True)
-                return
-            length, rtype = FRAME_HEAD.unpack_from(view, pos)
-            end = pos + FRAME_OVERHEAD + length
-            if length == 0 and rtype == 0 and _all_zero(view[pos:]):
-                self.problem = (pos, f"{size - pos} zero bytes", True)
-                return
-            if end > size:
-                runs_on = f"record of {length} bytes runs past end of file"
-                self.problem = (pos, runs_on, _nothing_follows(view, pos))
-                return
-            reason = None
-            if rtype not in RECORD_TYPES:
-                reason = f"unknown record type {rtype}"
-            elif length > MAX_PAYLOAD:
-                reason = f"record length {length} exceeds the format limit"
-            else:
-                (stored,) = FRAME_CRC.unpack_from(view, end - FRAME_CRC.size)
-                payload = view[pos + FRAME_HEAD.size : end - FRAME_CRC.size]
-                if stored != frame_crc(view[pos : pos + FRAME_HEAD.size], payload):
-                    reason = "record checksum (CRC32C) mismatch"
-            if reason is not None:
-                torn = _all_zero(view[end:]) and _nothing_follows(view, pos)
-                self.problem = (pos, reason, torn)
-                return
-            yield Frame(pos, end, rtype, payload)
-            pos = end
 
 
 def _read(path: Path) -> memoryview:
@@ -446,7 +186,7 @@ def scan_log(directory: Path, on_frame: Callable[[int, Frame], None] | None = No
                 seg.damage = ran_on(number, path, sealed, overrun, view)
             elif walker.problem is not None:
                 offset, reason, torn = walker.problem
-                zeros = _all_zero(view[offset:])
+                zeros = all_zero(view[offset:])
                 torn = torn and last
                 seg.damage = Damage(number, path, offset, len(view), reason, torn, zeros=zeros)
             elif not seg.records and not last:
@@ -476,7 +216,7 @@ def check_header(number: int, path: Path, view: memoryview, last: bool) -> Damag
             "that wrote it, or a newer one; this one neither replays nor repairs it"
         ) from None
     except ValueError as exc:
-        torn = last and (size < HEADER_SIZE or _all_zero(view))
+        torn = last and (size < HEADER_SIZE or all_zero(view))
         return Damage(number, path, 0, size, str(exc), torn=torn, header=True)
     if found != number:
         reason = f"header says segment {found} but the file name says {number}"

@@ -43,21 +43,12 @@ from journal.format import (
     header_flags,
     segment_file_name,
 )
+from journal.frames import FrameWalker
 from journal.maintenance import Problem, count_frames, jsonable, resync
-from journal.reader import (
-    EMPTY_SEGMENT,
-    UNSEALED,
-    UNSEALED_CUT,
-    FrameWalker,
-    SegmentScan,
-    check_header,
-    cut_short,
-    ran_on,
-    read_seal,
-    runs_on,
-    unsealed,
-)
+from journal.reader import EMPTY_SEGMENT, check_header
 from journal.records import decode_batch
+from journal.scans import SegmentScan
+from journal.seals import UNSEALED, UNSEALED_CUT, cut_short, ran_on, read_seal, runs_on, unsealed
 from journal.segments import (
     NEWEST_FILE_NAME,
     DirectoryLock,

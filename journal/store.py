@@ -9,40 +9,24 @@ checkpoint, then run on the database directly while writers are held.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from journal import runs
-from journal.admission import Admission, Claims, Key
-from journal.checkpoint import (
-    CheckpointResult,
-    apply_checkpoint,
-    position_after_failure,
-    settled_position,
-)
-from journal.checkpoint_loop import run_checkpoints, run_maintenance
-from journal.errors import JournalError, JournalPositionError
+from journal.admission import Admission
+from journal.checkpoint import CheckpointResult, apply_checkpoint
 from journal.format import Position
+from journal.lifecycle import Lifecycle
 from journal.merge import DatabaseView
-from journal.mode import settle_mode
-from journal.opening import open_store_journal, unusable
-from journal.reads import MergedReads
 from journal.records import (
-    AckSubscription,
-    AddMessage,
     AddSubscription,
     DeleteSubscription,
     Op,
     PurgeDestination,
-    RemoveMessages,
     UpdateMessage,
 )
 from journal.state import PendingState, encode_target
@@ -50,7 +34,6 @@ from journal.support import (
     JournalBehindDatabaseError,
     JournalDatabaseMismatchError,
     JournalIdLostError,
-    JournalLeftRunningError,
     JournalMasterSlaveError,
     JournalModeMismatchError,
     JournalRowMissingError,
@@ -59,12 +42,8 @@ from journal.support import (
     WriterGate,
 )
 from journal.writer import DEFAULT_SEGMENT_SIZE, Journal
-from mqstore.errors import (
-    DatabaseUnavailableError,
-    JournalUnavailableError,
-    MessageNotFoundError,
-    StoreClosedError,
-)
+from journal.writes import JournaledWrites, JournalWriteError
+from mqstore.errors import MessageNotFoundError
 from mqstore.store.model import (
     EXPIRE_MAX_BYTES,
     Ack,
@@ -86,7 +65,6 @@ from mqstore.store.validation import (
     check_container,
     check_subscription,
     check_topic,
-    check_work,
 )
 
 __all__ = [
@@ -97,27 +75,14 @@ __all__ = [
     "JournalModeMismatchError",
     "JournalRowMissingError",
     "JournalUnusableError",
+    "JournalWriteError",
     "JournaledStore",
 ]
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class JournalWriteError(JournalError, JournalUnavailableError):
-    """A write the journal did not take, raised as the store port's errors are (a
-    :class:`~mqstore.errors.StoreError`): its disk is full, or it failed."""
-
-
-@dataclass(slots=True)
-class _Applying:
-    """A journaled record waiting in line to be applied; ``removed`` once it is."""
-
-    ops: list[Op]
-    removed: int | None = None
-
-
-class JournaledStore(MergedReads):
+class JournaledStore(Lifecycle, JournaledWrites):
     """The store port (:class:`mqstore.store.port.Store`) with a local journal.
 
     ``pg`` may be started or not; :meth:`start` starts it. ``shared_lock`` must say whether
@@ -193,7 +158,7 @@ class JournaledStore(MergedReads):
         self._last_position = self._applied_end = Position(0, 0)
         self.db = DatabaseView(pg)
         self._admission = Admission(self.db, self._lock, lambda: self._state)
-        self._applying: deque[_Applying] = deque()  # written, in log order, not yet applied
+        self._applying = deque()  # written, in log order, not yet applied
         self._unsure = False  # the last checkpoint failed: the database may be ahead of it
         self._checkpointing = threading.Lock()  # one checkpoint at a time, gate taken after it
         #: Subscription changes take turns: each decides on the subscriptions it finds
@@ -203,316 +168,11 @@ class JournaledStore(MergedReads):
         # their apply time, to rebuild the window on top of the database it leaves.
         self._tail: list[tuple[int, list[Op]]] | None = None
 
-    def _new_state(self) -> PendingState:
-        return PendingState(keep_history=self.pg.history, keep_bodies=self.pg.history_bodies)
-
-    # ------------------------------------------------------------------ lifecycle
     @property
     def prioritized(self) -> bool:
         return self.pg.prioritized
 
-    @property
-    def journal(self) -> Journal:
-        if self._journal is None:
-            raise StoreClosedError("the journaled store is not started (call start() first)")
-        return self._journal
-
-    @property
-    def failure(self) -> BaseException | None:
-        """What made the journal fail (a write, sync or rotation), once it did: then every
-        write is refused until a restart replays the journal."""
-        journal = self._journal
-        return journal.failure if journal is not None else None
-
-    def start(self) -> None:
-        """Start the database store, open and replay the journal, start checkpointing."""
-        if self._started:
-            return
-        if not self.pg.started:
-            self.pg.start()
-        try:
-            self._journal, self.journal_id = open_store_journal(
-                self.journal_dir,
-                self.pg,
-                segment_size=self.segment_size,
-                sync_policy=self.sync_policy,
-            )
-            self._refuse_if_another_was_left_running()
-            self._replay()
-            with self.pg.transaction() as conn:
-                start = self._journal.start_position
-                runs.mark_running(conn, self.pg.schema, self.journal_id, start, self._owner)
-        except BaseException as exc:
-            if self._journal is not None:
-                self._journal.close()
-                self._journal = None
-            self.pg.stop()
-            if isinstance(exc, JournalError):  # damage found only on replay, say
-                raise JournalUnusableError(str(exc)) from exc
-            raise
-        self._stopping.clear()
-        self._started = True
-        self._thread = threading.Thread(
-            target=run_checkpoints,
-            args=(self, self._wake, self._stopping),
-            name="mqstore-checkpoint",
-            daemon=True,
-        )
-        self._thread.start()
-        if self.maintenance_interval_s > 0:
-            self._maintenance = threading.Thread(
-                target=run_maintenance,
-                args=(self, self.maintenance_interval_s, self._stopping),
-                name="mqstore-cleanup",
-                daemon=True,
-            )
-            self._maintenance.start()
-
-    @property
-    def _owner(self) -> str:
-        return self.broker_name or self.pg.locker.holder
-
-    def _refuse_if_another_was_left_running(self) -> None:
-        """Refuse to start on this journal while another one of the database holds writes
-        its broker acknowledged and no checkpoint applied (see :mod:`journal.runs`)."""
-        others = self.pg.read(lambda conn: runs.unfinished(conn, self.pg.schema, self.journal_id))
-        if not others:
-            return
-        last = others[-1]
-        raise JournalLeftRunningError(
-            f"{last.describe()} did not stop cleanly, and this broker's journal in "
-            f"{self.journal_dir} is another one ({self.journal_id}): what that broker "
-            "acknowledged after its last checkpoint exists only in its journal directory. "
-            "Start the broker on that directory (--journal-dir) to apply it; or, if it is "
-            f"lost, accept the loss with `mqstore journal forget {last.journal_id}` and "
-            "start again" + (f" (and so for {len(others) - 1} more)" if len(others) > 1 else "")
-        )
-
-    def _replay(self) -> None:
-        """Rebuild the pending state from records after the stored checkpoint."""
-        journal = self.journal
-        stored, last_id = settled_position(self.pg, self.journal_id)
-        self.pg.advance_sequence(last_id)
-        end = journal.position
-        start = journal.start_position
-        if stored is not None and (stored > end or stored.segment < start.segment):
-            raise self._cannot_replay_from(stored)
-        if stored is None and end > start:  # mark_running makes the row before any record
-            raise JournalRowMissingError.describe(
-                self.journal_id, self.journal_dir, self.pg.schema.journal.name
-            )
-        last = stored
-        # What the database holds: the stored position, or the start, where the row is made.
-        self._last_position = stored if stored is not None else start
-        top = 0  # the highest ID replayed, also from windows checkpointed on the way
-        try:
-            # Before anything is applied: records of the other mode mean something else.
-            pending = (ops for _end, ops in journal.recover(after=stored))
-            try:
-                settle_mode(self.journal_dir, self.prioritized, pending)
-            except OSError as exc:  # mode.json could not be written: nothing was replayed
-                raise unusable(self.journal_dir, exc) from exc
-            for position, ops in journal.recover(after=stored):
-                self._state.apply(ops)
-                self._counters["replayed"] += 1
-                last = position
-                if self._state.pending_bytes >= self.max_pending_bytes:
-                    top = max(top, self._state.max_id)
-                    self._checkpoint_state(position)
-        except JournalPositionError as exc:  # raised before any record of it was applied
-            assert stored is not None
-            raise self._cannot_replay_from(stored, no_record_ends_there=True) from exc
-        if last is not None and not self._state.empty:
-            log.info("journal %s replayed up to %s", self.journal_dir, last)
-        self.pg.advance_sequence(max(top, self._state.max_id))
-        self._applied_end = end
-
-    def _cannot_replay_from(
-        self, stored: Position, *, no_record_ends_there: bool = False
-    ) -> JournalBehindDatabaseError:
-        journal = self.journal
-        return JournalBehindDatabaseError.describe(
-            journal_id=self.journal_id,
-            directory=self.journal_dir,
-            table=self.pg.schema.journal.name,
-            stored=stored,
-            start=journal.start_position,
-            end=journal.position,
-            no_record_ends_there=no_record_ends_there,
-        )
-
-    def stop(self, *, checkpoint: bool = True) -> None:
-        """Final checkpoint, close the journal, stop the database store. Idempotent.
-
-        ``checkpoint=False`` leaves the window in the journal for the next start to replay
-        (a fast shutdown; also how tests simulate a crash without killing the process).
-        """
-        if not self._started:
-            return
-        self._stopping.set()
-        self._wake.set()
-        if self._maintenance is not None:
-            self._maintenance.join(timeout=30)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-        stuck = any(t is not None and t.is_alive() for t in (self._thread, self._maintenance))
-        try:
-            if checkpoint and stuck:
-                log.warning(
-                    "no final journal checkpoint: the last one is still waiting for the "
-                    "database; what it journaled stays in %s for its next start to apply",
-                    self.journal_dir,
-                )
-            elif checkpoint and not self._holds_lock():
-                log.warning(
-                    "no final journal checkpoint: this broker does not hold the master lock "
-                    "(%s); what it journaled stays in %s for its next start to apply",
-                    self.pg.locker.lost_reason or "its lease could not be renewed",
-                    self.journal_dir,
-                )
-            elif checkpoint:
-                try:
-                    self.checkpoint()
-                    self._mark_stopped()
-                except DatabaseUnavailableError as exc:
-                    log.warning(
-                        "no final journal checkpoint: %s; what it journaled stays in %s for "
-                        "its next start to apply",
-                        exc,
-                        self.journal_dir,
-                    )
-        finally:
-            self._started = False
-            with self._space:
-                self._space.notify_all()
-            self.journal.close()
-            self._journal = None
-            self.pg.stop()
-
-    def _mark_stopped(self) -> None:
-        """After the final checkpoint: stamp the journal as stopped cleanly, if nothing of
-        it is left unapplied (then a start on another journal loses nothing)."""
-        with self._space:
-            left = not self._state.empty
-        if left:
-            return
-        with self.pg.transaction() as conn:
-            runs.mark_stopped(conn, self.pg.schema, self.journal_id)
-
-    def _check_open(self) -> None:
-        if not self._started:
-            raise StoreClosedError("the journaled store is not started (call start() first)")
-
     # ------------------------------------------------------------------ checkpoint
-    def _holds_lock(self) -> bool:
-        return not self.pg.lock_lost and self.pg.locker.is_held()
-
-    def checkpoint(self) -> CheckpointResult | None:
-        """Apply everything acknowledged so far to the database; None if nothing was new.
-
-        Writers are held only while the window is copied and while it is rebuilt after the
-        commit, never during the database work: a slow or stalled database holds back
-        writers only once the pending window is full.
-        """
-        with self._checkpointing:
-            if self._unsure:
-                # Only checkpoints write it; the failed one may still be committing.
-                stored = position_after_failure(self.pg, self.journal_id)
-                with self._gate.exclusive():
-                    self._resync_window(stored)
-            with self._gate.exclusive():
-                if self._state.empty:
-                    return None
-                position = self._window_end()
-                window = self._state.copy()
-                with self._lock:
-                    self._state.in_flight = window.adds
-                    self._tail = []
-            try:
-                result = self._apply(window, position)
-            except BaseException:
-                with self._lock:
-                    # The window still holds everything, and its adds stay in flight until a
-                    # checkpoint tells whether this one committed after all.
-                    self._tail = None
-                self._unsure = True  # it may have failed after its commit (a lost reply)
-                raise
-            with self._gate.exclusive():
-                rebuilt = self._new_state()
-                for now, ops in self._tail or ():
-                    rebuilt.apply(ops, now)
-                with self._space:
-                    self._tail = None
-                    self._state = rebuilt
-                    self._space.notify_all()
-                self._last_position = position
-        if self._journal is not None and not self._journal.failed:
-            self._journal.release(position, self._archive())
-        return result
-
-    def _archive(self) -> Path | None:
-        """Where released segments go: ``archive_dir/<journal id>/``, so the segments of
-        another journal (a recreated directory numbers its segments from 1 again, and
-        brokers may share one archive) are never overwritten."""
-        return None if self.archive_dir is None else self.archive_dir / self.journal_id
-
-    def _window_end(self) -> Position:
-        """The position a checkpoint of the window stores: the end of the durable log (never
-        ahead of it, whatever the sync policy), or, once the log failed, the end of the last
-        record applied: what was acknowledged then may live on only in the window."""
-        try:
-            return self.journal.sync()
-        except JournalError:
-            if not self.journal.failed:
-                raise
-            log.warning("the journal failed: checkpointing its window up to %s", self._applied_end)
-            return self._applied_end
-
-    def _checkpoint_locked(self) -> CheckpointResult | None:
-        """Checkpoint with writers held off throughout (XA work and cleanup need that)."""
-        if self._unsure:
-            self._resync_window(position_after_failure(self.pg, self.journal_id))
-        if self._state.empty:
-            return None
-        position = self._window_end()
-        try:
-            return self._checkpoint_state(position)
-        except BaseException:
-            self._unsure = True  # it may have failed after its commit (a lost reply)
-            raise
-
-    def _resync_window(self, stored: Position | None) -> None:
-        """After a failed checkpoint: if the database holds a later position (``stored``)
-        than this store applied (the commit went through, its reply was lost), rebuild the
-        window from the journal records after it, as a restart would, so nothing is applied
-        twice. Writers must be held off.
-        """
-        if stored is not None and stored > self._last_position:
-            state = self._new_state()
-            # A failed journal cannot be read back; once the commit covers every record
-            # applied, nothing is left for the window (no record came after them).
-            if not (self.journal.failed and stored >= self._applied_end):
-                for _end, ops in self.journal.recover(after=stored):
-                    state.apply(ops)
-            with self._space:
-                self._state = state
-                self._space.notify_all()
-            self._last_position = stored
-            log.warning(
-                "journal checkpoint up to %s had been committed although it reported a failure; "
-                "the window was rebuilt from the journal after it",
-                stored,
-            )
-        self._unsure = False
-
-    def _checkpoint_state(self, position: Position) -> CheckpointResult:
-        result = self._apply(self._state, position)
-        self._last_position = position
-        with self._space:
-            self._state = self._new_state()
-            self._space.notify_all()
-        return result
-
     def _apply(self, window: PendingState, position: Position) -> CheckpointResult:
         """Write ``window`` and ``position`` to the database in one transaction."""
         result = apply_checkpoint(
@@ -528,119 +188,6 @@ class JournaledStore(MergedReads):
         self._counters["checkpoints"] += 1
         self._ckpt_ms = [*self._ckpt_ms[-99:], result.millis]
         return result
-
-    # ------------------------------------------------------------------ write plumbing
-    def _admit(self, nbytes: int, wait: bool) -> None:
-        """Flow control: producers wait while the un-checkpointed window is full."""
-        with self._space:
-            while (
-                self._started
-                and self._state.pending_bytes > 0
-                and self._state.pending_bytes + nbytes > self.max_pending_bytes
-            ):
-                self._wake.set()
-                if not wait:
-                    raise WouldBlock
-                self._space.wait(0.05)
-
-    @contextmanager
-    def _writing(self, wait: bool = True) -> Iterator[None]:
-        self._check_open()
-        with self._gate.shared(wait=wait):
-            self._check_open()
-            self.pg.check_writable()  # lock held (LockLostError otherwise)
-            yield
-
-    def _append(self, ops: list[Op]) -> int:
-        """Journal one record (durable on return), then apply it; returns rows it removed.
-
-        Records are applied in log order, as replay applies them: each joins the line when
-        it is written, and whoever returns first applies every record ahead of its own
-        (acknowledged too, since the log is durable up to its own).
-        """
-        entry = _Applying(ops)
-        try:
-            end = self.journal.append(ops, on_written=lambda: self._applying.append(entry))
-        except JournalError as exc:
-            raise JournalWriteError(str(exc)) from exc
-        with self._lock:
-            self._applied_end = max(self._applied_end, end)
-            while entry.removed is None:
-                head = self._applying.popleft()
-                now = int(time.time() * 1000)
-                head.removed = self._state.apply(head.ops, now)
-                if self._tail is not None:
-                    self._tail.append((now, head.ops))
-            removed = entry.removed
-            pending = self._state.pending_bytes
-        full = self.journal.bytes_on_disk >= self.journal_max_bytes
-        if full or pending * 2 >= self.max_pending_bytes:
-            self._wake.set()
-        return removed
-
-    def _assign(self, count: int) -> list[int]:
-        with self._lock:
-            ids = self.pg.next_ids(count)
-            self._inflight[ids[0]] = count
-        return ids
-
-    def _write(
-        self,
-        adds: Sequence[NewMessage],
-        removes: Sequence[Removal],
-        acks: Sequence[Ack],
-        *,
-        wait: bool = True,
-    ) -> tuple[list[int], int]:
-        check_work(adds, removes, acks, self.pg.max_message_bytes)
-        if adds:
-            self._admit(sum(len(m.msg) for m in adds) + 200 * len(adds), wait)
-        with self._writing(wait):
-            ids: list[int] = []
-            keys: list[Key] = []
-            claimed: Claims = {}
-            try:
-                keys = self._admission.reserve(adds, wait=wait) if adds else []
-                claimed = self._admission.claim(removes, wait=wait) if removes else {}
-                # IDs only once admitted: a refused or declined write takes none
-                ids = self._assign(len(adds)) if adds else []
-                col = self.pg.column_priority
-                ops: list[Op] = [
-                    AddMessage(
-                        i,
-                        m.container,
-                        m.msgid_prod,
-                        m.msgid_seq,
-                        m.expiration,
-                        col(m.priority),
-                        bytes(m.msg),
-                    )
-                    for m, i in zip(adds, ids, strict=True)
-                ]
-                ops += [
-                    RemoveMessages(encode_target(c, o, Outcome.ACKNOWLEDGED), tuple(r))
-                    for (c, o), r in claimed.items()
-                ]
-                ops += [
-                    AckSubscription(
-                        a.key.container,
-                        a.key.client_id,
-                        a.key.sub_name,
-                        a.message_id,
-                        col(a.priority),
-                    )
-                    for a in acks
-                ]
-                removed = self._append(ops) if ops else 0
-            finally:
-                if ids:
-                    with self._lock:
-                        self._inflight.pop(ids[0], None)
-                self._admission.release(keys, claimed)
-        self._counters["added"] += len(ids)
-        self._counters["removed"] += removed
-        self._counters["acked"] += len(acks)
-        return ids, removed
 
     # ------------------------------------------------------------------ messages
     def new_producers(self, prefix: str) -> None:

@@ -5,21 +5,17 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
 
 from journal.errors import (
     JournalClosedError,
     JournalError,
     JournalFullError,
     JournalRecordTooLargeError,
-    JournalTailMissingError,
 )
 from journal.format import (
     FRAME_OVERHEAD,
@@ -30,17 +26,12 @@ from journal.format import (
     Seal,
     frame_ops,
 )
-from journal.reader import RecoveryReport, read_records, recover_tail, scan_log
+from journal.reader import read_records
 from journal.records import Op
-from journal.segments import (
-    DirectoryLock,
-    create_segment,
-    mark_newest,
-    missing_after,
-    read_newest,
-    remove_segments,
-    segment_path,
-)
+from journal.resumption import Resumption, resume
+from journal.segments import DirectoryLock, create_segment, remove_segments, segment_path
+from journal.stats import JournalStats
+from journal.sync_policy import SyncPolicy
 
 __all__ = ["DEFAULT_SEGMENT_SIZE", "Journal", "JournalStats", "SyncPolicy"]
 
@@ -50,62 +41,6 @@ DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 MIN_SEGMENT_SIZE = 4096
 #: Zero-filled space kept ahead of the writes in the active segment.
 PREALLOCATE_BYTES = 1024 * 1024
-_BATCH_RE = re.compile(r"^batch:(\d+(?:\.\d+)?)(ms)?$")
-
-
-@dataclass(frozen=True, slots=True)
-class SyncPolicy:
-    """When ``append`` makes a record durable.
-
-    * ``always`` (default): ``append`` returns after ``fdatasync``; concurrent appends share
-      one sync (group commit). No acknowledged record is lost on power failure.
-    * ``batch:N`` / ``batch:Nms``: ``append`` returns after the write to the OS; a background
-      thread syncs every N milliseconds. A process crash loses nothing (the data is in the
-      page cache); a power failure or kernel crash can lose acknowledged records written in
-      the last N ms plus one sync duration.
-    * ``never``: no sync except at rotation and close. For tests and benchmarks only.
-    """
-
-    mode: Literal["always", "batch", "never"]
-    interval_ms: float = 0.0
-
-    @classmethod
-    def parse(cls, text: str) -> SyncPolicy:
-        """Parse ``"always"``, ``"never"``, ``"batch:5"`` or ``"batch:5ms"``."""
-        value = text.strip().lower()
-        if value in ("always", "never"):
-            return cls(value)  # type: ignore[arg-type]
-        match = _BATCH_RE.match(value)
-        if match and float(match.group(1)) > 0:
-            return cls("batch", float(match.group(1)))
-        raise ValueError(
-            f"invalid journal sync policy {text!r}: use 'always', 'batch:<ms>' (e.g. "
-            f"'batch:5ms') or 'never'"
-        )
-
-    def __str__(self) -> str:
-        return f"batch:{self.interval_ms:g}ms" if self.mode == "batch" else self.mode
-
-
-@dataclass(frozen=True, slots=True)
-class JournalStats:
-    """Counters since open, and the current shape of the log."""
-
-    records_appended: int
-    bytes_appended: int
-    fsyncs: int
-    position: Position
-    durable_position: Position
-    segments: int
-    bytes_on_disk: int
-    sync_policy: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (positions as text)."""
-        data = asdict(self)
-        data["position"] = str(self.position)
-        data["durable_position"] = str(self.durable_position)
-        return data
 
 
 class Journal:
@@ -122,27 +57,21 @@ class Journal:
         directory: Path,
         *,
         lock: DirectoryLock,
-        fd: int,
-        segment: int,
-        offset: int,
-        records: int,
-        sealed: dict[int, int],
-        starts: dict[int, int],
+        at: Resumption,
         segment_size: int,
         policy: SyncPolicy,
-        report: RecoveryReport | None,
     ) -> None:
         self.directory = directory
         self.segment_size = segment_size
         self.sync_policy = policy
-        self.recovery_report = report
+        self.recovery_report = at.report
         self._dir_lock = lock
-        self._fd = fd
-        self._segment = segment
-        self._offset = offset
-        self._seg_records = records  # records in the active segment, for its seal
-        self._sealed = sealed
-        self._starts = starts  # where the records of each segment kept start
+        self._fd = at.fd
+        self._segment = segment = at.segment
+        self._offset = offset = at.offset
+        self._seg_records = at.records  # records in the active segment, for its seal
+        self._sealed = at.sealed
+        self._starts = at.starts  # where the records of each segment kept start
         self._written = self._durable = Position(segment, offset)
         self._allocated = offset  # the file's size: written records plus zeroed space
         self._lock = threading.Lock()
@@ -179,25 +108,7 @@ class Journal:
         path.mkdir(parents=True, exist_ok=True)
         lock = DirectoryLock(path).acquire()
         try:
-            scan = scan_log(path)
-            report = recover_tail(scan)
-            newest = read_newest(path)
-            missing = missing_after(newest, scan.segments[-1].number if scan.segments else None)
-            if missing:
-                raise JournalTailMissingError(path, missing[0], missing[-1])
-            if scan.segments:
-                last = scan.segments[-1]
-                fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
-                number, offset, records = last.number, last.size, last.records
-                sealed = {s.number: s.size for s in scan.segments[:-1]}
-                starts = {s.number: s.data_start for s in scan.segments}
-                if newest is None or newest < number:  # a journal of an earlier version
-                    mark_newest(path, number)
-            else:
-                # Keep numbering monotonic if the only segment had a torn header.
-                number = report.segment if report is not None else 1
-                offset, records, sealed, starts = HEADER_SIZE, 0, {}, {number: HEADER_SIZE}
-                fd = create_segment(path, number)
+            at = resume(path)
         except BaseException:
             lock.release()
             raise
@@ -210,15 +121,9 @@ class Journal:
         return cls(
             path,
             lock=lock,
-            fd=fd,
-            segment=number,
-            offset=offset,
-            records=records,
-            sealed=sealed,
-            starts=starts,
+            at=at,
             segment_size=segment_size,
             policy=policy,
-            report=report,
         )
 
     # -- appending ---------------------------------------------------------------------
