@@ -50,7 +50,11 @@ def resume(path: Path) -> Resumption:
         sealed = {s.number: s.size for s in scan.segments[:-1]}
         starts = {s.number: s.data_start for s in scan.segments}
         if newest is None or newest < number:  # a journal of an earlier version
-            mark_newest(path, number)
+            try:
+                mark_newest(path, number)
+            except BaseException:
+                os.close(fd)  # the caller only unlocks the directory
+                raise
     else:
         # Keep numbering monotonic if the only segment had a torn header.
         number = report.segment if report is not None else 1
