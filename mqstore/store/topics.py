@@ -24,13 +24,13 @@ from mqstore.store.model import (
 from mqstore.store.validation import check_subscription, check_topic
 
 if TYPE_CHECKING:
-    from mqstore.store.postgres import PostgresStore
+    from mqstore.store.maintenance import Maintenance
 
 
 class TopicOperations:
     """Create, look up, list, delete and page durable subscriptions of a PostgresStore."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: Maintenance) -> None:
         self.store = store
 
     def add(

@@ -33,13 +33,13 @@ from mqstore.store.model import (
 from mqstore.store.validation import check_batch
 
 if TYPE_CHECKING:
-    from mqstore.store.postgres import PostgresStore
+    from mqstore.store.writes import MessageWrites
 
 
 class XaOperations:
     """Prepare, commit, roll back and recover XA transactions for a :class:`PostgresStore`."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: MessageWrites) -> None:
         self.store = store
 
     def prepare(self, xid: Xid, batch: Batch) -> list[int]:

@@ -9,7 +9,7 @@ from sqlalchemy.engine import Engine
 
 from mqstore.errors import DuplicateMessageError
 from mqstore.store import Ack, Batch, PostgresStore, Removal, SubscriptionKey, Xid
-from mqstore.store import postgres as postgres_store
+from mqstore.store import writes as store_writes
 from tests.conftest import count_rows
 from tests.integration.conftest import StoreFactory, msg
 
@@ -87,7 +87,7 @@ def test_a_batch_of_more_bytes_than_one_statement_carries_commits(
 def test_a_batch_written_in_several_statements_is_still_all_or_nothing(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(postgres_store, "STATEMENT_BYTES", 10)
+    monkeypatch.setattr(store_writes, "STATEMENT_BYTES", 10)
     [taken] = store.add([msg(Q, 3)])
     with pytest.raises(DuplicateMessageError):  # the last statement's row is a duplicate
         store.commit(Batch(adds=[msg(Q, i, body=b"0123456789") for i in (1, 2, 3)], removes=[]))
