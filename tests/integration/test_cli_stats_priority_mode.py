@@ -57,3 +57,26 @@ def test_stats_backlog_follows_the_prioritized_messages_setting(
     assert shown.returncode == 0, shown.stderr
     subs = json.loads(shown.stdout)["subscriptions"]
     assert [(s["name"], s["backlog"]) for s in subs] == [("sub", backlog)]
+
+
+@pytest.mark.parametrize(
+    ("flag", "prioritized", "backlog"),
+    [("--prioritized-messages", "false", 2), ("--no-prioritized-messages", "true", 3)],
+)
+def test_the_prioritized_messages_flag_wins_over_the_setting(
+    engine: Engine, dsn: str, tmp_path: Path, flag: str, prioritized: str, backlog: int
+) -> None:
+    _two_priority_rows(engine)
+    shown = mqstore(
+        "stats",
+        "--json",
+        flag,
+        "--dsn",
+        dsn,
+        "--data-dir",
+        str(tmp_path / "none"),
+        env={**os.environ, "MQSTORE_PRIORITIZED_MESSAGES": prioritized},
+    )
+    assert shown.returncode == 0, shown.stderr
+    subs = json.loads(shown.stdout)["subscriptions"]
+    assert [(s["name"], s["backlog"]) for s in subs] == [("sub", backlog)]

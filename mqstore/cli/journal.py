@@ -1,0 +1,131 @@
+"""``mqstore journal``: inspect and repair a local journal, or forget a lost one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mqstore import migrate
+from mqstore.cli.options import DataDirOpt, DsnOpt, JsonOpt, PrefixOpt, settings_to_read
+from mqstore.cli.output import console, emit, run
+from mqstore.errors import ConfigError, MqstoreError
+
+journal_app = typer.Typer(help="Inspect and repair a local journal.", no_args_is_help=True)
+
+
+#: A journal directory to read: one that does not exist, or a file, is a usage error.
+JournalDirArg = Annotated[
+    Path,
+    typer.Argument(
+        help="journal directory (DATA_DIR/journal unless --journal-dir moved it)",
+        metavar="DIRECTORY",
+        exists=True,
+        file_okay=False,
+    ),
+]
+
+
+def _require_journal(directory: Path) -> None:
+    """Refuse a directory that holds no journal (no segment, id or ``newest`` file), such
+    as the data directory the journal is in: read, it looks like an empty, intact journal,
+    and a repair would leave its lock file there."""
+    from journal.segments import NEWEST_FILE_NAME, list_segments
+    from journal.support import ID_FILE
+
+    if list_segments(directory) or any(
+        (directory / name).exists() for name in (ID_FILE, NEWEST_FILE_NAME)
+    ):
+        return
+    inside = directory / "journal"
+    hint = (
+        f"; the journal is in {inside}"
+        if inside.is_dir()
+        else " (a broker's journal is DATA_DIR/journal, or where --journal-dir put it)"
+    )
+    raise ConfigError(f"{directory} holds no journal: no *.wal segment and no {ID_FILE}{hint}")
+
+
+@journal_app.command("inspect")
+def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
+    """Segments, record counts by type, checkpoint position and any damage found."""
+
+    def body() -> None:
+        from journal import JournalError, inspect
+
+        _require_journal(directory)
+        try:
+            report = inspect(directory)
+        except JournalError as exc:
+            raise MqstoreError(str(exc)) from None
+        data = report.to_dict()
+        if as_json:
+            emit(json.dumps(data, indent=2, default=str))
+            return
+        console.print_json(json.dumps(data, default=str))
+
+    run(body)
+
+
+@journal_app.command("repair")
+def journal_repair(
+    directory: JournalDirArg,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would be lost")] = False,
+) -> None:
+    """Cut corrupt records out of the journal (padded over, so later ones stay), after
+    saying what is lost."""
+
+    def body() -> None:
+        from journal import JournalError, repair
+
+        _require_journal(directory)
+        try:
+            plan = repair(directory, dry_run=True)
+            console.print(plan.describe(), highlight=False, soft_wrap=True)
+            if not dry_run and plan.problem is not None:  # an intact journal is left alone
+                repair(directory, dry_run=False)
+                console.print("repaired")
+        except JournalError as exc:
+            raise MqstoreError(str(exc)) from None
+
+    run(body)
+
+
+@journal_app.command("forget")
+def journal_forget(
+    journal_id: Annotated[
+        str, typer.Argument(help="id of the lost journal (as a refusal names it)")
+    ],
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", help="accept the loss")] = False,
+) -> None:
+    """Accept that a journal left running is lost, with what its broker acknowledged after
+    its last checkpoint, so a broker may start on another journal."""
+
+    def body() -> None:
+        from journal import runs
+        from mqstore.app import open_database
+        from mqstore.schema import build_schema
+
+        settings = settings_to_read(dsn, table_prefix, data_dir)
+        schema = build_schema(settings.table_prefix)
+        if not yes:
+            raise ConfigError(
+                f"what journal {journal_id} holds beyond its last checkpoint is then lost for "
+                "good; if its directory can still be found, start the broker on it instead. "
+                "To accept the loss, rerun with --yes"
+            )
+        with open_database(settings) as database, database.engine.begin() as conn:
+            migrate.require_head(conn, settings.table_prefix)
+            if not runs.forget(conn, schema, journal_id):
+                raise ConfigError(
+                    f"{schema.journal.name} has no journal {journal_id!r} left running: "
+                    "nothing to forget"
+                )
+        console.print(f"journal {journal_id} forgotten: a broker may start on another journal")
+
+    run(body)
