@@ -297,6 +297,7 @@ def test_adopt_says_when_activemq_stored_priorities_and_which_setting_follows_th
         conn.execute(sa.text("UPDATE activemq_msgs SET priority = 7 WHERE id IN (8, 10)"))
     [note] = [a for a in migrate.adopt(empty_engine).actions if "prioritizedMessages" in a]
     assert "MQSTORE_PRIORITIZED_MESSAGES=true" in note
+    assert "--prioritized-messages" in note
     store = PostgresStore(empty_engine, cleanup_interval_s=0)
     store.start()
     try:
