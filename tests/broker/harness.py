@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -186,3 +187,13 @@ class HeldCommit:
             return list(real(batch))
 
         monkeypatch.setattr(store, "commit", commit)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """Bytes from a raw socket up to and including the end of one frame (a NUL)."""
+    data = b""
+    while b"\x00" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data

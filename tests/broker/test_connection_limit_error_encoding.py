@@ -9,16 +9,7 @@ import socket
 import pytest
 
 from mqstore.store import Store
-from tests.broker.harness import running
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\x00" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    return data
+from tests.broker.harness import read_frame, running
 
 
 def _message_header(frame: bytes) -> bytes:
@@ -44,10 +35,10 @@ def test_a_refused_client_reads_the_error_in_the_version_it_offered(
     with running(memory_store, max_connections=1) as bt:
         first = socket.create_connection(("127.0.0.1", bt.port), timeout=10)
         first.sendall(b"CONNECT\naccept-version:1.2\n\n\x00")
-        assert _read_frame(first).startswith(b"CONNECTED")
+        assert read_frame(first).startswith(b"CONNECTED")
         refused = socket.create_connection(("127.0.0.1", bt.port), timeout=10)
         refused.sendall(connect)
-        frame = _read_frame(refused)
+        frame = read_frame(refused)
         assert frame.startswith(b"ERROR\n")
         assert _message_header(frame).endswith(in_use)
         refused.close()

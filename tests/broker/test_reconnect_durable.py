@@ -12,19 +12,17 @@ from typing import Any
 import pytest
 
 from mqstore.broker.memory_store import MemoryStore
-from tests.broker.harness import BrokerThread, HeldCommit, connect, running, wait_until
+from tests.broker.harness import (
+    BrokerThread,
+    HeldCommit,
+    connect,
+    read_frame,
+    running,
+    wait_until,
+)
 
 DUR = {"activemq.subscriptionName": "dur"}
 WAITS = "waits for the previous connection"
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\x00" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    return data
 
 
 @contextlib.contextmanager
@@ -40,12 +38,12 @@ def _previous_connection_closing(
     with running(memory_store, stop_timeout=30.0) as bt:
         old = socket.create_connection(("127.0.0.1", bt.port), timeout=10)
         old.sendall(b"CONNECT\naccept-version:1.2\nclient-id:cid\n\n\x00")
-        assert _read_frame(old).startswith(b"CONNECTED")
+        assert read_frame(old).startswith(b"CONNECTED")
         old.sendall(
             b"SUBSCRIBE\ndestination:/topic/news\nid:d\nack:client-individual\n"
             b"activemq.subscriptionName:dur\nreceipt:s\n\n\x00"
         )
-        assert b"receipt-id:s" in _read_frame(old)
+        assert b"receipt-id:s" in read_frame(old)
         commits.armed = True
         old.sendall(b"SEND\ndestination:/queue/slow\npersistent:true\n\nx\x00")
         try:

@@ -4,10 +4,7 @@ test_cli_stats_priority_mode.py)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from tests.broker.harness import connect
+from tests.integration.test_serve import serve_until_listening
 
 
 @pytest.mark.parametrize(
@@ -28,15 +26,8 @@ def test_serve_stores_the_jms_priority_only_with_prioritized_messages(
     dsn: str, engine: Engine, tmp_path: Path, flag: str, env: dict[str, str], stored_priority: int
 ) -> None:
     """As ActiveMQ: the PRIORITY column holds the JMS priority with prioritizedMessages, else 0."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--no-journal", "--lock",
-         "none", "--data-dir", str(tmp_path), "--stomp", "127.0.0.1:0", "--log-level",
-         "WARNING", flag],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
-    )  # fmt: skip
+    proc, line = serve_until_listening(dsn, tmp_path, "--stomp", "127.0.0.1:0", flag, env=env)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
         assert line.startswith("mqstore serving STOMP on 127.0.0.1:"), (
             line,
             proc.poll(),

@@ -40,14 +40,13 @@ def _two_priority_rows(engine: Engine) -> None:
         )
 
 
-@pytest.mark.parametrize(("prioritized", "backlog"), [("false", 3), ("true", 2)])
-def test_stats_backlog_follows_the_prioritized_messages_setting(
-    engine: Engine, dsn: str, tmp_path: Path, prioritized: str, backlog: int
-) -> None:
-    _two_priority_rows(engine)
+def _backlogs(dsn: str, tmp_path: Path, prioritized: str, *flags: str) -> list[tuple[str, int]]:
+    """Each subscription's name and backlog as ``stats --json`` shows them, with
+    MQSTORE_PRIORITIZED_MESSAGES set to ``prioritized``."""
     shown = mqstore(
         "stats",
         "--json",
+        *flags,
         "--dsn",
         dsn,
         "--data-dir",
@@ -55,8 +54,15 @@ def test_stats_backlog_follows_the_prioritized_messages_setting(
         env={**os.environ, "MQSTORE_PRIORITIZED_MESSAGES": prioritized},
     )
     assert shown.returncode == 0, shown.stderr
-    subs = json.loads(shown.stdout)["subscriptions"]
-    assert [(s["name"], s["backlog"]) for s in subs] == [("sub", backlog)]
+    return [(s["name"], s["backlog"]) for s in json.loads(shown.stdout)["subscriptions"]]
+
+
+@pytest.mark.parametrize(("prioritized", "backlog"), [("false", 3), ("true", 2)])
+def test_stats_backlog_follows_the_prioritized_messages_setting(
+    engine: Engine, dsn: str, tmp_path: Path, prioritized: str, backlog: int
+) -> None:
+    _two_priority_rows(engine)
+    assert _backlogs(dsn, tmp_path, prioritized) == [("sub", backlog)]
 
 
 @pytest.mark.parametrize(
@@ -67,16 +73,4 @@ def test_the_prioritized_messages_flag_wins_over_the_setting(
     engine: Engine, dsn: str, tmp_path: Path, flag: str, prioritized: str, backlog: int
 ) -> None:
     _two_priority_rows(engine)
-    shown = mqstore(
-        "stats",
-        "--json",
-        flag,
-        "--dsn",
-        dsn,
-        "--data-dir",
-        str(tmp_path / "none"),
-        env={**os.environ, "MQSTORE_PRIORITIZED_MESSAGES": prioritized},
-    )
-    assert shown.returncode == 0, shown.stderr
-    subs = json.loads(shown.stdout)["subscriptions"]
-    assert [(s["name"], s["backlog"]) for s in subs] == [("sub", backlog)]
+    assert _backlogs(dsn, tmp_path, prioritized, flag) == [("sub", backlog)]

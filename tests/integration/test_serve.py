@@ -132,22 +132,24 @@ def test_serve_hands_the_broker_settings_to_the_broker(
     assert config.max_transactions == 7
 
 
-def _serve_until_listening(
-    dsn: str, tmp_path: Path, *args: str
+def serve_until_listening(
+    dsn: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[str], str]:
-    """``mqstore serve`` with ``args``; returns it and its first line of output once it
-    printed it (or exited)."""
+    """``mqstore serve`` (no journal, no lock) with ``args`` and ``env`` added to this
+    process's environment; returns it and its first line of output once it printed it (or
+    exited)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mqstore", "serve", "--dsn", dsn, "--no-journal", "--lock",
          "none", "--data-dir", str(tmp_path), "--log-level", "WARNING", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
     assert proc.stdout is not None
     return proc, proc.stdout.readline()
 
 
 def test_serve_listens_on_an_ipv6_address_given_in_brackets(dsn: str, tmp_path: Path) -> None:
-    proc, line = _serve_until_listening(dsn, tmp_path, "--stomp", "[::1]:0")
+    proc, line = serve_until_listening(dsn, tmp_path, "--stomp", "[::1]:0")
     try:
         assert line.startswith("mqstore serving STOMP on [::1]:"), (line, proc.poll())
         port = int(line.rsplit(":", 1)[1])
@@ -163,7 +165,7 @@ def test_serve_listens_on_an_ipv6_address_given_in_brackets(dsn: str, tmp_path: 
 
 
 def test_serve_on_an_address_it_cannot_listen_on_names_it(dsn: str, tmp_path: Path) -> None:
-    proc, _ = _serve_until_listening(dsn, tmp_path, "--stomp", "no-such-host.invalid:61613")
+    proc, _ = serve_until_listening(dsn, tmp_path, "--stomp", "no-such-host.invalid:61613")
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 2, stderr
     assert "cannot listen for STOMP on no-such-host.invalid:61613" in stderr, stderr
