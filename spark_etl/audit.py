@@ -19,9 +19,9 @@ from pyspark.sql import functions as sf
 from mqstore.archive import has_identity, read_watermarks
 
 from .archive_guard import history_archive
+from .datasets import read_dataset
 from .decode import with_decoded
 from .durable import write_atomically
-from .export import read_dataset
 from .lock_probe import RowLockProbe, probe_row_lock
 from .report_html import figure, render
 from .sources import (

@@ -2,7 +2,8 @@
 
 PySpark is imported only when a command runs, so ``mqstore --help`` works without it.
 ``register(app)`` adds the commands to the main ``mqstore`` app; ``python -m spark_etl``
-and ``spark-submit spark_etl/submit.py`` run them on their own.
+and ``spark-submit spark_etl/submit.py`` run them on their own. Whatever a user can cause
+ends in one line on stderr (:mod:`.job_failure` words a job that failed inside Spark).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from .job_failure import first_line, quiet_py4j, spark_failure
 
 #: Exit code when the audit crosses a configured threshold.
 EXIT_THRESHOLD = 3
@@ -55,8 +58,6 @@ Memory = Annotated[
 ]
 #: A JVM heap size as Spark takes it (``512m``, ``4g``).
 _MEMORY = re.compile(r"[1-9]\d*[kmgt]?", re.IGNORECASE)
-#: How Spark's JVM exits after an OutOfMemoryError (``SparkExitCode.OOM``).
-_JVM_OOM_EXIT = 52
 Master = Annotated[
     str | None,
     typer.Option("--master", help="Spark master (default local[*]; unset under spark-submit)"),
@@ -87,15 +88,6 @@ def _require_pyspark() -> None:
         raise _fail(_INSTALL_HINT) from None
 
 
-def _first_line(exc: BaseException, text: str | None = None) -> str:
-    """The first telling line of an exception's message (or ``text``): Spark's carry a JVM
-    stack below it, py4j's start with 'An error occurred while calling o12.parquet'."""
-    text = _text(exc) if text is None else text
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    told = [line for line in lines if not line.startswith("An error occurred while calling")]
-    return ((told or lines)[0] if lines else type(exc).__name__)[:500]
-
-
 def _session(master: str | None, memory: str = "2g") -> Any:
     """The SparkSession, or a one-line error when PySpark, the JDBC jar, the master or the
     driver memory is wrong."""
@@ -115,99 +107,8 @@ def _session(master: str | None, memory: str = "2g") -> Any:
         raise _fail(f"error: {exc}") from None
     except Exception as exc:  # the JVM did not start: Java missing, master unreachable...
         raise _fail(
-            f"error: cannot start Spark (--master {master or 'local[*]'}): {_first_line(exc)}"
+            f"error: cannot start Spark (--master {master or 'local[*]'}): {first_line(exc)}"
         ) from None
-
-
-def _text(exc: BaseException) -> str | None:
-    """``str(exc)``, or None when that fails (a Java exception's text is fetched from its JVM,
-    which may be gone)."""
-    try:
-        return str(exc)
-    except Exception:
-        return None
-
-
-def _jvm_exit(spark: Any, wait: bool) -> int | None:
-    """The exit code of the local JVM behind ``spark`` once it has ended (``wait``: give it
-    10 s to); None while it runs, or when it is not ours (``spark-submit`` started it)."""
-    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
-    if proc is None:
-        return None
-    try:
-        code = proc.wait(timeout=10) if wait else proc.poll()
-    except Exception:
-        return None
-    return None if code is None else int(code)
-
-
-#: How the JVM words running out of memory, in an exception or its causes.
-_OOM_SIGNS = ("java.lang.OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
-
-
-def _causes(exc: BaseException) -> str:
-    """The text of ``exc`` and of its causes, with the Java stack traces PySpark keeps
-    (a captured exception's own text is its first line only)."""
-    parts: list[str] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 20:
-        seen.add(id(current))
-        parts.append(_text(current) or "")
-        stack = getattr(current, "_stackTrace", None)
-        if isinstance(stack, str):
-            parts.append(stack)
-        cause = getattr(current, "_cause", None)
-        current = cause if isinstance(cause, BaseException) else current.__cause__
-    return "\n".join(parts)
-
-
-def _spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
-    """One line for a job that failed inside Spark; an archive is then left as it was."""
-    from py4j.protocol import (  # type: ignore[import-untyped]
-        Py4JError,
-        Py4JJavaError,
-        Py4JNetworkError,
-    )
-
-    text = _text(exc)
-    lost = (
-        text is None
-        or isinstance(exc, (Py4JNetworkError, ConnectionError))
-        or "SparkContext was shut down" in text  # the JVM is exiting (out of memory...)
-    )
-    # A JVM running out of memory exits (code 52) while the job fails in one of several
-    # ways: the connection lost, an INTERNAL_ERROR with the OutOfMemoryError among its Java
-    # causes, or py4j failing to call into the exiting JVM. Wait for it in all of them.
-    internal = text is not None and "INTERNAL_ERROR" in text
-    py4j_failed = isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError)
-    code = _jvm_exit(spark, wait=lost or internal or py4j_failed)
-    # py4j's calls into a JVM that is going away log tracebacks until the process exits
-    # (SparkContext's atexit stop among them): the one line below is what happened.
-    logging.getLogger().addFilter(_FromPy4j())
-    logging.getLogger("py4j").disabled = True
-    # ``text`` first: the causes are fetched from the JVM again, which may be gone by now.
-    said = f"{text or ''}\n{_causes(exc)}"
-    if code == _JVM_OOM_EXIT or any(sign in said for sign in _OOM_SIGNS):
-        return (
-            f"Spark ran out of memory (--driver-memory {memory}): rerun with more, e.g. "
-            "--driver-memory 8g (a message takes about 10 to 15 times its size in memory, "
-            "per core), or with fewer cores (--master local[1]); nothing was committed"
-        )
-    if code is not None or lost:
-        how = "ended" if code is None else f"exited with code {code}"
-        return (
-            f"Spark's JVM {how} during the job (its log above says why; when it ran out of "
-            f"memory, rerun with more than --driver-memory {memory}); nothing was committed"
-        )
-    return f"the Spark job failed: {_first_line(exc, text)}"
-
-
-class _FromPy4j(logging.Filter):
-    """Records py4j logs itself, partly through the root logger (``logging.exception``)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "/py4j/" not in record.pathname.replace("\\", "/")
 
 
 class _ConsoleWarnings(logging.Handler):
@@ -236,26 +137,11 @@ def _warnings_on(console: Any) -> Iterator[None]:
         logger.propagate = propagate
 
 
-@contextmanager
-def _quiet_py4j() -> Iterator[None]:
-    """Leave py4j's tracebacks of a lost JVM connection unshown: the CLI's own one line
-    says what happened (out of memory, the JVM ended)."""
-    root, py4j = logging.getLogger(), logging.getLogger("py4j")
-    quiet = _FromPy4j()
-    root.addFilter(quiet)
-    disabled, py4j.disabled = py4j.disabled, True
-    try:
-        yield
-    finally:
-        root.removeFilter(quiet)
-        py4j.disabled = disabled
-
-
 def _stop(spark: Any) -> None:
     """Stop ``spark``; a JVM that is already gone (out of memory, killed) is not an error."""
-    from py4j.protocol import Py4JError
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 
-    with _quiet_py4j(), suppress(Py4JError, OSError):
+    with quiet_py4j(), suppress(Py4JError, OSError):
         spark.stop()
 
 
@@ -270,18 +156,18 @@ def _run(action: Callable[[], Any], spark: Any = None, memory: str = "2g") -> An
     from .sources import SourceError
 
     try:
-        with _quiet_py4j():
+        with quiet_py4j():
             return action()
     except (SourceError, MqstoreError) as exc:
         message = str(exc)
     except (PySparkException, Py4JError, OSError) as exc:
         if spark is not None and not (isinstance(exc, OSError) and exc.filename):
-            message = _spark_failure(exc, spark, memory)  # failed inside Spark, or JVM gone
+            message = spark_failure(exc, spark, memory)  # failed inside Spark, or JVM gone
         elif isinstance(exc, OSError):  # --out unwritable, disk full, ...
             where = f": {exc.filename}" if exc.filename else ""
             message = f"{exc.strerror or exc}{where}"
         else:
-            message = f"the Spark job failed: {_first_line(exc)}"
+            message = f"the Spark job failed: {first_line(exc)}"
     raise _fail(f"error: {message}")
 
 

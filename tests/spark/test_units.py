@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from spark_etl import cli, session
+from spark_etl import cli, job_failure, session
 from spark_etl.decode import decode_msg
 from spark_etl.durable import write_atomically
 from spark_etl.report_html import bar_chart
@@ -139,7 +139,7 @@ def test_a_task_out_of_memory_reported_as_an_internal_error_names_driver_memory(
         stackTrace=f"org.apache.spark.SparkException: Executed command failed\n{stack}\n\tat x",
     )
     not_ours = SimpleNamespace(sparkContext=SimpleNamespace())  # a JVM spark-submit started
-    line = cli._spark_failure(failure, not_ours, "512m")
+    line = job_failure.spark_failure(failure, not_ours, "512m")
     assert says in line
     assert ("--driver-memory 512m" in line) == (says == "ran out of memory")
 
@@ -151,7 +151,7 @@ def test_py4j_failing_to_call_into_a_jvm_exiting_out_of_memory_names_driver_memo
     jvm = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(52)"])
     ours = SimpleNamespace(sparkContext=SimpleNamespace(_gateway=SimpleNamespace(proc=jvm)))
     failure = Py4JError("py4j.reflection.TypeUtil.isInstanceOf does not exist in the JVM")
-    line = cli._spark_failure(failure, ours, "512m")
+    line = job_failure.spark_failure(failure, ours, "512m")
     assert "ran out of memory" in line and "--driver-memory 512m" in line
 
 
