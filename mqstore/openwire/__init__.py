@@ -2,7 +2,8 @@
 
 Pure Python, no I/O. :func:`decode` turns a stored frame into a :class:`Message`,
 :func:`encode` turns it back into identical bytes, and the builders create new
-messages the way ActiveMQ's broker stores a STOMP SEND.
+messages the way ActiveMQ's broker stores a STOMP SEND. :mod:`.xid_column` reads and writes
+ActiveMQ's text in the XID column of an XA-prepared row (OpenWire's encoded XID inside it).
 """
 
 from __future__ import annotations

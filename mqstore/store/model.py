@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from mqstore.openwire.xid_column import decode_xid_column, encode_xid_column, encoded_xid
 
 #: Destination prefixes ActiveMQ writes into CONTAINER.
 CONTAINER_PREFIXES = ("queue://", "topic://", "temp-queue://", "temp-topic://")
@@ -170,44 +170,19 @@ class Xid:
 
     def encode(self, marker: str, last_ack: int = 0, priority: int = 0) -> str:
         """ActiveMQ's XID column text: base64 of marker, last-ack, priority, formatId, ids."""
-        raw = marker.encode("ascii") + struct.pack(">qb", last_ack, priority) + self.identity()
-        return base64.b64encode(raw).decode("ascii")
+        return encode_xid_column(marker, last_ack, priority, self.format_id, self.gtrid, self.bqual)
 
     def identity(self) -> bytes:
         """The bytes of the XID column after the marker, last-ack and priority (10 on):
         formatId, gtrid length, gtrid, bqual; the same in every row of the transaction."""
-        return struct.pack(">iH", self.format_id, len(self.gtrid)) + self.gtrid + self.bqual
+        return encoded_xid(self.format_id, self.gtrid, self.bqual)
 
     @classmethod
     def decode(cls, column: str) -> tuple[Xid, str, int, int]:
         """Parse an XID column value into (xid, marker '+'/'-', last-ack id, priority);
         ValueError saying what is wrong with a value that is not in this layout."""
-        if not column:
-            raise ValueError("empty (a row outside XA has a NULL XID, not '')")
-        try:
-            raw = base64.b64decode(column, validate=True)
-        except ValueError:
-            raise ValueError("not base64 text (standard alphabet, with padding)") from None
-        if len(raw) < _XID_HEADER:
-            raise ValueError(
-                f"{len(raw)} bytes of base64 data, fewer than the {_XID_HEADER} of the marker, "
-                "last-ack, priority, formatId and gtrid length"
-            )
-        marker = chr(raw[0])
-        if marker not in ("+", "-"):
-            raise ValueError(f"marker byte 0x{raw[0]:02x}, neither '+' (add) nor '-' (remove)")
-        last_ack, priority, format_id, glen = struct.unpack_from(">qbiH", raw, 1)
-        if _XID_HEADER + glen > len(raw):
-            raise ValueError(
-                f"a gtrid length of {glen} bytes, more than the "
-                f"{len(raw) - _XID_HEADER} bytes that follow it"
-            )
-        gtrid = raw[_XID_HEADER : _XID_HEADER + glen]
-        return cls(format_id, gtrid, raw[_XID_HEADER + glen :]), marker, last_ack, priority
-
-
-#: The XID column's fixed bytes: marker, last-ack, priority, formatId, gtrid length.
-_XID_HEADER = 16
+        c = decode_xid_column(column)
+        return cls(c.format_id, c.gtrid, c.bqual), c.marker, c.last_ack, c.priority
 
 
 @dataclass(frozen=True, slots=True)
