@@ -33,6 +33,7 @@ from .sources import (
     read_table,
     table_exists,
 )
+from .xids import MALFORMED_XID_ADVICE, in_doubt, malformed_xids
 
 #: Age buckets of the distribution: (label, upper bound in ms).
 AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
@@ -75,6 +76,7 @@ class Thresholds:
     max_pending_age_s: float | None = None
     max_expired: int | None = None
     max_in_doubt: int | None = None
+    max_malformed_xids: int | None = None
     max_undecodable: int | None = None
     max_duplicates: int | None = None
     max_lease_age_s: float | None = None
@@ -204,23 +206,6 @@ def expired_messages(msgs: DataFrame, now_ms: int) -> DataFrame:
     )
 
 
-def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
-    """XA-prepared rows (``XID`` not null) of MSGS and ACKS."""
-    m = msgs.where(sf.col("xid").isNotNull()).select(
-        sf.lit("msgs").alias("table"),
-        sf.col("container").alias("destination"),
-        "xid",
-        sf.col("id").cast("bigint").alias("id"),
-    )
-    a = acks.where(sf.col("xid").isNotNull()).select(
-        sf.lit("acks").alias("table"),
-        sf.col("container").alias("destination"),
-        "xid",
-        sf.col("last_acked_id").cast("bigint").alias("id"),
-    )
-    return m.unionByName(a)
-
-
 def orphan_subscriptions(acks: DataFrame, msgs: DataFrame) -> DataFrame:
     """Durable subscriptions whose destination holds no message."""
     return (
@@ -324,6 +309,7 @@ def check(report: dict[str, Any], limits: Thresholds) -> list[str]:
     counts = report["counts"]
     over(counts["expired"], limits.max_expired, "expired messages still stored")
     over(counts["in_doubt"], limits.max_in_doubt, "in-doubt XA rows")
+    over(counts["malformed_xids"], limits.max_malformed_xids, "malformed XA XIDs")
     over(counts["undecodable"], limits.max_undecodable, "undecodable messages")
     over(counts["duplicate_message_ids"], limits.max_duplicates, "duplicate JMS message ids")
     age = report["lock"]["lease_age_ms"]
@@ -350,6 +336,7 @@ def build_report(
     findings = {
         "expired": expired_messages(msgs, now_ms),
         "in_doubt": in_doubt(msgs, acks),
+        "malformed_xids": malformed_xids(msgs, acks),
         "orphan_subscriptions": orphan_subscriptions(acks, msgs),
         "duplicate_message_ids": duplicate_message_ids(msgs),
         "undecodable": undecodable(msgs),
@@ -366,6 +353,7 @@ def build_report(
         "history_per_hour": [] if history is None else _rows(history_per_hour(history), None),
         "counts": {name: df.count() for name, df in findings.items()},
         **{name: _rows(df) for name, df in findings.items()},
+        "malformed_xids_advice": MALFORMED_XID_ADVICE,
         "thresholds": asdict(limits),
     }
     report["counts"]["messages"] = sum(d["depth"] for d in report["destinations"])
@@ -453,6 +441,7 @@ __all__ = [
     "history_per_hour",
     "in_doubt",
     "lock_status",
+    "malformed_xids",
     "orphan_subscriptions",
     "subscription_backlog",
     "undecodable",

@@ -332,6 +332,9 @@ def audit_command(
     ] = None,
     max_expired: Annotated[int | None, typer.Option(min=0, help="expired but still stored")] = None,
     max_in_doubt: Annotated[int | None, typer.Option(min=0, help="XA-prepared rows")] = None,
+    max_malformed_xids: Annotated[
+        int | None, typer.Option(min=0, help="XID values XA recovery refuses")
+    ] = None,
     max_undecodable: Annotated[
         int | None, typer.Option(min=0, help="MSG values that do not decode")
     ] = None,
@@ -377,6 +380,7 @@ def audit_command(
             max_pending_age_s=max_pending_age,
             max_expired=max_expired,
             max_in_doubt=max_in_doubt,
+            max_malformed_xids=max_malformed_xids,
             max_undecodable=max_undecodable,
             max_duplicates=max_duplicates,
             max_lease_age_s=max_lease_age,
@@ -409,6 +413,12 @@ def audit_command(
     )
     if report["lock"]["row_lock_error"] and report["lock"]["state"] == "unknown":
         typer.echo(report["lock"]["row_lock_error"], err=True)
+    if malformed := counts["malformed_xids"]:
+        typer.echo(
+            f"{malformed} row(s) hold an XID that is not ActiveMQ's encoding of prepared XA "
+            f"work (malformed_xids in {out / 'audit.json'}): {report['malformed_xids_advice']}",
+            err=True,
+        )
     for violation in report["violations"]:
         typer.echo(f"threshold crossed: {violation}", err=True)
     if report["violations"]:

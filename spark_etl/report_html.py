@@ -111,6 +111,13 @@ def _backlog_rule(rule: dict[str, Any] | None) -> str:
     )
 
 
+def _malformed_xids(rows: Sequence[dict[str, Any]], advice: str) -> str:
+    """The rows whose XID XA recovery refuses, after what to do about them."""
+    columns = ["table", "destination", "id", "client_id", "sub_name", "priority", "xid", "problem"]
+    table = _table(rows, columns)
+    return f'<p class="bad">{_e(advice)}.</p>{table}' if rows else table
+
+
 def render(report: dict[str, Any]) -> str:
     """The HTML page of ``report`` (as built by :func:`spark_etl.audit.build_report`)."""
     dests = [dict(d) for d in report["destinations"]]
@@ -168,6 +175,8 @@ def render(report: dict[str, Any]) -> str:
         _table(report["expired"], ["id", "destination", "expiration", "jms_message_id"]),
         f"<h2>In-doubt XA rows ({counts['in_doubt']})</h2>",
         _table(report["in_doubt"], ["table", "destination", "xid", "id"]),
+        f"<h2>Malformed XIDs ({counts['malformed_xids']})</h2>",
+        _malformed_xids(report["malformed_xids"], report["malformed_xids_advice"]),
         f"<h2>Subscriptions without messages ({counts['orphan_subscriptions']})</h2>",
         _table(report["orphan_subscriptions"], ["container", "client_id", "sub_name"]),
         f"<h2>Duplicate JMS message ids ({counts['duplicate_message_ids']})</h2>",

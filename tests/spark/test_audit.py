@@ -49,6 +49,7 @@ def test_fixture_figures(spark: Any, activemq_engine: Engine, tmp_path: Path) ->
         "prepared_messages": 0,
         "expired": 0,
         "in_doubt": 0,
+        "malformed_xids": 0,
         "orphan_subscriptions": 0,
         "duplicate_message_ids": 0,
         "undecodable": 0,
@@ -112,6 +113,7 @@ def test_anomalies_and_thresholds(spark: Any, activemq_engine: Engine, tmp_path:
         "prepared_messages": 1,
         "expired": 1,
         "in_doubt": 1,
+        "malformed_xids": 1,  # 'XID:1:abcd:ef' is not ActiveMQ's encoding
         "orphan_subscriptions": 1,
         "duplicate_message_ids": 2,
         "undecodable": 1,

@@ -198,7 +198,13 @@ def test_thresholds_crossed_are_told_in_whole_figures() -> None:
     report = {
         "destinations": [{"destination": "queue://A", "depth": 1_234_567}],
         "subscriptions": [{**sub, "oldest_pending_age_ms": 12_345_678_901}],
-        "counts": {"expired": 0, "in_doubt": 0, "undecodable": 0, "duplicate_message_ids": 0},
+        "counts": {
+            "expired": 0,
+            "in_doubt": 0,
+            "malformed_xids": 0,
+            "undecodable": 0,
+            "duplicate_message_ids": 0,
+        },
         "lock": {"lease_age_ms": 61_500},
     }
     limits = Thresholds(
