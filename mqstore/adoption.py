@@ -143,8 +143,9 @@ def note_priorities(conn: Connection, schema: StoreSchema, report: AdoptReport) 
     report.actions.append(
         "note: messages are stored with a PRIORITY other than 0, so ActiveMQ ran with "
         "prioritizedMessages=true. Set MQSTORE_PRIORITIZED_MESSAGES=true (or run serve with "
-        "--prioritized-messages) for mqstore to deliver by priority too; without it (the default, ActiveMQ's plain mode) every "
-        "message is still delivered, durable subscriptions in ID order"
+        "--prioritized-messages) for mqstore to deliver by priority too; without it (the "
+        "default, ActiveMQ's plain mode) every message is still delivered, durable "
+        "subscriptions in ID order"
     )
 
 
