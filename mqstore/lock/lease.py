@@ -220,10 +220,9 @@ class LeaseLocker:
         """The lease is held under this broker's own name: is that holder (an earlier run of
         this broker, normally) provably gone? See :func:`~mqstore.lock.standby.judge_own_lease`."""
         seen = self._see_guard(conn, self.holder)
-        renewed_ms_ago = (
-            None if status.time is None else self._now_ms(conn) - (status.time - self.lease_ms)
-        )
-        return judge_own_lease(seen, renewed_ms_ago)
+        if seen.alive or status.time is None:  # the clock is read only when it decides
+            return judge_own_lease(seen, None)
+        return judge_own_lease(seen, self._now_ms(conn) - (status.time - self.lease_ms))
 
     def take_over_dead(self, dead: str, why: str) -> bool:
         """The holder is gone: take its lease now, only if the row still names it and, once
