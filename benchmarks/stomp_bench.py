@@ -194,6 +194,18 @@ WORKLOADS = {
 }
 
 
+def workload_letters(text: str) -> str:
+    """``--workloads``: letters of :data:`WORKLOADS` (commas between them allowed)."""
+    letters = text.replace(",", "")
+    unknown = sorted(set(letters) - set(WORKLOADS))
+    if unknown or not letters:
+        raise argparse.ArgumentTypeError(
+            f"unknown workload(s) {', '.join(map(repr, unknown)) or 'none given'}: "
+            f"give letters of {''.join(WORKLOADS)} (e.g. ad)"
+        )
+    return letters
+
+
 COUNT_INSERTS = """
 CREATE TABLE bench_rows (n bigint NOT NULL);
 INSERT INTO bench_rows VALUES (0);
@@ -352,7 +364,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--modes", default="journaled,plain")
-    parser.add_argument("--workloads", default="abcde")
+    parser.add_argument("--workloads", type=workload_letters, default="abcde")
     parser.add_argument(
         "--client",
         choices=["stomp.py", "asyncio"],

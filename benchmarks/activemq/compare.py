@@ -29,7 +29,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import stomp_relay  # noqa: E402
-from stomp_bench import WORKLOADS, ScratchDatabase, Server, bench_mode  # noqa: E402
+from stomp_bench import (  # noqa: E402
+    WORKLOADS,
+    ScratchDatabase,
+    Server,
+    bench_mode,
+    workload_letters,
+)
 
 from tests.interop.activemq_broker import ActiveMQBroker, ActiveMQConfig  # noqa: E402
 
@@ -125,7 +131,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--targets", default=",".join(TARGETS))
-    parser.add_argument("--workloads", default="abcde")
+    parser.add_argument("--workloads", type=workload_letters, default="abcde")
     parser.add_argument("--client", choices=["stomp.py", "asyncio"], default="stomp.py")
     parser.add_argument("--failovers", type=int, default=3, help="0 skips the failover part")
     parser.add_argument("--lease-ms", type=int, default=10_000)
