@@ -4,9 +4,9 @@ A row of ``ACTIVEMQ_MSGS`` or ``ACTIVEMQ_ACKS`` with an ``XID`` is XA-prepared w
 doubt until its transaction ends. The value is ActiveMQ's encoding (base64 of a ``+``/``-``
 marker, last-ack id, priority, formatId, gtrid length, gtrid and bqual, reference §6);
 mqstore's ``xa_recover`` refuses to list the prepared transactions while any row holds
-another value (it may belong to any transaction). :func:`xid_problem` reads a value as that
-recovery does (both read it with ``mqstore.openwire.xid_column``), so the audit names those
-rows before a transaction manager meets the refusal.
+another value (it may belong to any transaction). The audit reads each value as that
+recovery does (both with ``mqstore.openwire.xid_column``), so it names those rows before a
+transaction manager meets the refusal.
 """
 
 from __future__ import annotations
@@ -15,24 +15,18 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StringType
 
-from mqstore.openwire.xid_column import xid_column_problem
+from mqstore.openwire.xid_column import MALFORMED_XID_FIX, xid_column_problem
 
 #: What to do about a row :func:`malformed_xids` lists (the store's error says the same).
 MALFORMED_XID_ADVICE = (
     "mqstore's XA recovery refuses to list the prepared transactions while any row holds "
-    "such an XID (a list without it could leave out a transaction, or part of one). Inspect "
-    "each row: if it is not prepared XA work, set its XID to NULL (ActiveMQ writes NULL for "
-    "a row outside XA), or delete the row"
+    "such an XID (a list without it could leave out a transaction, or part of one). "
+    f"{MALFORMED_XID_FIX}"
 )
 
 
-#: What is wrong with an ``XID`` column value for mqstore's XA recovery, in its words; None
-#: for ActiveMQ's encoding of prepared work, and for NULL (a row outside XA).
-xid_problem = xid_column_problem
-
-
 # Called only for the rows with an XID (prepared work: few), so no Arrow batches.
-_problem = sf.udf(xid_problem, StringType(), useArrow=False)
+_problem = sf.udf(xid_column_problem, StringType(), useArrow=False)
 
 
 def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
@@ -54,7 +48,7 @@ def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
 
 def malformed_xids(msgs: DataFrame, acks: DataFrame) -> DataFrame:
     """Rows of MSGS and ACKS whose ``XID`` is not ActiveMQ's encoding of prepared work
-    (:func:`xid_problem` says why, in ``problem``). A MSGS row is named by its ``id``, an
+    (``problem`` says why, as XA recovery does). A MSGS row is named by its ``id``, an
     ACKS row by its key: ``destination`` (CONTAINER), ``client_id``, ``sub_name`` and
     ``priority``; the columns the other table lacks are null."""
     none = sf.lit(None)
@@ -84,4 +78,4 @@ def malformed_xids(msgs: DataFrame, acks: DataFrame) -> DataFrame:
     )
 
 
-__all__ = ["MALFORMED_XID_ADVICE", "in_doubt", "malformed_xids", "xid_problem"]
+__all__ = ["MALFORMED_XID_ADVICE", "in_doubt", "malformed_xids"]

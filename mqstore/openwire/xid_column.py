@@ -14,6 +14,15 @@ from typing import NamedTuple
 
 #: The fixed bytes before the gtrid: marker, last-ack, priority, formatId, gtrid length.
 XID_COLUMN_HEADER = 16
+#: Where OpenWire's encoded XID starts, after the marker, last-ack and priority.
+ENCODED_XID_START = 10
+
+#: What to do about a row whose value :func:`decode_xid_column` refuses (the store's XA
+#: recovery and the Spark audit both say it).
+MALFORMED_XID_FIX = (
+    "Inspect each row: if it is not prepared XA work, set its XID to NULL (ActiveMQ writes "
+    "NULL for a row outside XA), or delete the row"
+)
 
 
 class XidColumn(NamedTuple):

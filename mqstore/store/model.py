@@ -173,7 +173,8 @@ class Xid:
         return encode_xid_column(marker, last_ack, priority, self.format_id, self.gtrid, self.bqual)
 
     def identity(self) -> bytes:
-        """The bytes of the XID column after the marker, last-ack and priority (10 on):
+        """The bytes of the XID column after the marker, last-ack and priority (from
+        ``ENCODED_XID_START`` on):
         formatId, gtrid length, gtrid, bqual; the same in every row of the transaction."""
         return encoded_xid(self.format_id, self.gtrid, self.bqual)
 

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from mqstore.db import hold_advisory_lock
 from mqstore.errors import TransactionError
+from mqstore.openwire.xid_column import ENCODED_XID_START, MALFORMED_XID_FIX
 from mqstore.schema import NAME_LENGTH
 from mqstore.store.model import (
     Ack,
@@ -127,8 +128,9 @@ class XaOperations:
         if only is not None:
             body = sa.null().cast(LargeBinary)
             tail = only.identity()
-            msgs_of = sa.and_(msgs_of, sa.func.substr(_xid_bytes(m.c.xid), 11) == tail)
-            acks_of = sa.and_(acks_of, sa.func.substr(_xid_bytes(a.c.xid), 11) == tail)
+            start = ENCODED_XID_START + 1  # substr counts from 1
+            msgs_of = sa.and_(msgs_of, sa.func.substr(_xid_bytes(m.c.xid), start) == tail)
+            acks_of = sa.and_(acks_of, sa.func.substr(_xid_bytes(a.c.xid), start) == tail)
         unreadable: list[str] = []
         columns = (m.c.id, m.c.container, m.c.msgid_prod, m.c.msgid_seq, m.c.expiration)
         rows = conn.execute(
@@ -278,7 +280,5 @@ def _unreadable_message(rows: list[str], only: Xid | None) -> str:
         doing = f"cannot read the prepared work of XA transaction {only}: nothing was changed"
     return (
         f"{doing}; {len(rows)} row(s) hold an XID that is not ActiveMQ's encoding of "
-        f"prepared XA work: {listed}. Inspect each row: if it is not prepared XA work, set "
-        "its XID to NULL (ActiveMQ writes NULL for a row outside XA), or delete the row; "
-        "every other row is left as it was"
+        f"prepared XA work: {listed}. {MALFORMED_XID_FIX}; every other row is left as it was"
     )
