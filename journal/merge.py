@@ -24,7 +24,7 @@ from mqstore.store.model import (
 )
 from mqstore.store.postgres import PostgresStore
 
-__all__ = ["DatabaseView", "merge_rows"]
+__all__ = ["DatabaseView", "merge_rows", "subscription_floors"]
 
 T = TypeVar("T")
 _COLS = "m.id, m.container, m.msgid_prod, m.msgid_seq, m.expiration, m.priority, m.msg, m.xid"
@@ -61,10 +61,33 @@ def merge_rows(
     return within_bytes(rows[:limit], max_bytes)
 
 
+def subscription_floors(
+    rows: dict[int, int | None], acks: dict[int, int], prioritized: bool
+) -> dict[int, int]:
+    """A subscription's floors: its LAST_ACKED_ID per PRIORITY (``rows``, None for NULL)
+    advanced by the window's ``acks`` per priority, as the database store reads the rows once
+    those acks are applied (an ack sets a NULL row). Until then a NULL row delivers nothing,
+    as ``m.id > NULL`` matches no row: prioritized, its priority is left out (nothing of it
+    is delivered); plain, it drops out of the least, as ``min()`` skips it, and with no other
+    row the floors are empty (nothing is delivered)."""
+    if prioritized:
+        floors = {p: v for p, v in rows.items() if v is not None}
+        for p, i in acks.items():
+            if p in rows:  # an ack of a priority without a row updates nothing
+                floors[p] = max(floors.get(p, -1), i)
+        return floors
+    if acks:  # a plain ack sets every row below it, a NULL row too
+        upto = max(acks.values())
+        return {0: min(upto if v is None else max(v, upto) for v in rows.values())}
+    known = [v for v in rows.values() if v is not None]
+    return {0: min(known)} if known else {}
+
+
 class DatabaseView:
     """Queries on the wrapped store's tables (read-only).
 
-    A subscription's reads take ``floors``, its LAST_ACKED_ID per PRIORITY column value.
+    A subscription's reads take ``floors``, its LAST_ACKED_ID per PRIORITY column value
+    (:func:`subscription_floors`); a priority missing from them delivers nothing.
     Prioritized, a row is pending above the floor of its PRIORITY, in (-PRIORITY, ID) order;
     plain, above the least floor whatever its PRIORITY, in ID order with PRIORITY given as 0,
     as ``PostgresStore`` reads them (:func:`mqstore.statements.statements_for`).
@@ -254,8 +277,9 @@ class DatabaseView:
 
     def subscription_rows(
         self, container: str | None, key: SubscriptionKey | None = None
-    ) -> dict[SubscriptionKey, tuple[Subscription, dict[int, int]]]:
-        """Subscriptions from ACTIVEMQ_ACKS with their LAST_ACKED_ID per priority."""
+    ) -> dict[SubscriptionKey, tuple[Subscription, dict[int, int | None]]]:
+        """Subscriptions from ACTIVEMQ_ACKS with their LAST_ACKED_ID per priority (None
+        where NULL)."""
         sql = (
             "SELECT container, client_id, sub_name, selector, sub_dest, priority, last_acked_id "
             f"FROM {self.a} WHERE priority < 10"
@@ -269,11 +293,11 @@ class DatabaseView:
         if key is not None:
             sql += " AND client_id = :client_id AND sub_name = :sub_name"
             params.update(client_id=key.client_id, sub_name=key.sub_name)
-        out: dict[SubscriptionKey, tuple[Subscription, dict[int, int]]] = {}
+        out: dict[SubscriptionKey, tuple[Subscription, dict[int, int | None]]] = {}
         for r in self._read(lambda c: c.execute(sa.text(sql), params).all()):
             k = SubscriptionKey(r[0], r[1], r[2])
             sub, floors = out.setdefault(k, (Subscription(k, r[3], r[4], -1), {}))
-            floors[int(r[5])] = -1 if r[6] is None else int(r[6])
+            floors[int(r[5])] = None if r[6] is None else int(r[6])
             if r[3] is not None or r[4] is not None:
                 out[k] = (Subscription(k, sub.selector or r[3], sub.sub_dest or r[4], -1), floors)
         return out

@@ -15,7 +15,7 @@ from functools import lru_cache
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import TextClause
 
-from journal.merge import DatabaseView, merge_rows
+from journal.merge import DatabaseView, merge_rows, subscription_floors
 from journal.state import PendingState
 from journal.writer import Journal
 from mqstore.statements import bytes_bounded_expiry
@@ -183,15 +183,16 @@ class MergedReads:
     def _positions(self, key: SubscriptionKey) -> tuple[Subscription, dict[int, int]] | None:
         """A subscription and its effective last-acked ID per column priority: plain, one
         (priority 0), the least LAST_ACKED_ID of its rows, each advanced by its acks (an
-        ack of a plain store advances every row, so any PRIORITY it names)."""
+        ack of a plain store advances every row, so any PRIORITY it names); NULL rows as
+        :func:`journal.merge.subscription_floors` reads them."""
         with self._lock:
             state = self._state
             added = state.subs_added.get(key)
             deleted = key in state.subs_deleted
             acks = {p: i for (k, p), i in state.acks.items() if k == key}
+        rows: dict[int, int | None]
         if added is not None:
-            prios = range(10) if added.prioritized else (0,)
-            floors = {p: max(added.start, acks.get(p, -1)) for p in prios}
+            rows = {p: added.start for p in (range(10) if added.prioritized else (0,))}
             sub = Subscription(key, added.selector, added.sub_dest or key.container, 0)
         elif deleted:
             return None
@@ -199,11 +200,8 @@ class MergedReads:
             found = self.db.subscription_rows(key.container, key)
             if key not in found:
                 return None
-            sub, floors = found[key]
-            if self.pg.prioritized:
-                floors = {p: max(v, acks.get(p, -1)) for p, v in floors.items()}
-        if not self.pg.prioritized:
-            floors = {0: max(min(floors.values(), default=-1), *acks.values(), -1)}
+            sub, rows = found[key]
+        floors = subscription_floors(rows, acks, self.pg.prioritized)
         return (
             Subscription(sub.key, sub.selector, sub.sub_dest, min(floors.values(), default=-1)),
             floors,
