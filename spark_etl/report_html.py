@@ -111,10 +111,13 @@ def _backlog_rule(rule: dict[str, Any] | None) -> str:
     )
 
 
+#: How the XA sections name a row: a MSGS row by its id, an ACKS row by its key.
+_XA_ROW_KEY = ("table", "destination", "id", "client_id", "sub_name", "priority")
+
+
 def _malformed_xids(rows: Sequence[dict[str, Any]], advice: str) -> str:
     """The rows whose XID XA recovery refuses, after what to do about them."""
-    columns = ["table", "destination", "id", "client_id", "sub_name", "priority", "xid", "problem"]
-    table = _table(rows, columns)
+    table = _table(rows, [*_XA_ROW_KEY, "xid", "problem"])
     return f'<p class="bad">{_e(advice)}.</p>{table}' if rows else table
 
 
@@ -174,7 +177,7 @@ def render(report: dict[str, Any]) -> str:
         f"<h2>Expired but still stored ({counts['expired']})</h2>",
         _table(report["expired"], ["id", "destination", "expiration", "jms_message_id"]),
         f"<h2>In-doubt XA rows ({counts['in_doubt']})</h2>",
-        _table(report["in_doubt"], ["table", "destination", "xid", "id"]),
+        _table(report["in_doubt"], [*_XA_ROW_KEY, "last_acked_id", "xid"]),
         f"<h2>Malformed XIDs ({counts['malformed_xids']})</h2>",
         _malformed_xids(report["malformed_xids"], report["malformed_xids_advice"]),
         f"<h2>Subscriptions without messages ({counts['orphan_subscriptions']})</h2>",

@@ -29,28 +29,10 @@ MALFORMED_XID_ADVICE = (
 _problem = sf.udf(xid_column_problem, StringType(), useArrow=False)
 
 
-def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
-    """XA-prepared rows (``XID`` not null) of MSGS and ACKS."""
-    m = msgs.where(sf.col("xid").isNotNull()).select(
-        sf.lit("msgs").alias("table"),
-        sf.col("container").alias("destination"),
-        "xid",
-        sf.col("id").cast("bigint").alias("id"),
-    )
-    a = acks.where(sf.col("xid").isNotNull()).select(
-        sf.lit("acks").alias("table"),
-        sf.col("container").alias("destination"),
-        "xid",
-        sf.col("last_acked_id").cast("bigint").alias("id"),
-    )
-    return m.unionByName(a)
-
-
-def malformed_xids(msgs: DataFrame, acks: DataFrame) -> DataFrame:
-    """Rows of MSGS and ACKS whose ``XID`` is not ActiveMQ's encoding of prepared work
-    (``problem`` says why, as XA recovery does). A MSGS row is named by its ``id``, an
-    ACKS row by its key: ``destination`` (CONTAINER), ``client_id``, ``sub_name`` and
-    ``priority``; the columns the other table lacks are null."""
+def _xa_rows(msgs: DataFrame, acks: DataFrame) -> DataFrame:
+    """The rows of MSGS and ACKS with an ``XID``: a MSGS row named by its ``id``, an ACKS row
+    by its key (``destination``, ``client_id``, ``sub_name``, ``priority``) with its
+    ``last_acked_id``; the columns the other table lacks are null."""
     none = sf.lit(None)
     m = msgs.where(sf.col("xid").isNotNull()).select(
         sf.lit("msgs").alias("table"),
@@ -59,6 +41,7 @@ def malformed_xids(msgs: DataFrame, acks: DataFrame) -> DataFrame:
         none.cast("string").alias("client_id"),
         none.cast("string").alias("sub_name"),
         none.cast("bigint").alias("priority"),
+        none.cast("bigint").alias("last_acked_id"),
         "xid",
     )
     a = acks.where(sf.col("xid").isNotNull()).select(
@@ -68,13 +51,31 @@ def malformed_xids(msgs: DataFrame, acks: DataFrame) -> DataFrame:
         "client_id",
         "sub_name",
         sf.col("priority").cast("bigint").alias("priority"),
+        sf.col("last_acked_id").cast("bigint").alias("last_acked_id"),
         "xid",
     )
+    return m.unionByName(a)
+
+
+_ROW_ORDER = ("table", "destination", "id", "client_id", "sub_name", "priority")
+
+
+def in_doubt(msgs: DataFrame, acks: DataFrame) -> DataFrame:
+    """XA-prepared rows (``XID`` not null) of MSGS and ACKS, named as in :func:`_xa_rows`."""
+    return _xa_rows(msgs, acks).orderBy(*_ROW_ORDER)
+
+
+def malformed_xids(msgs: DataFrame, acks: DataFrame) -> DataFrame:
+    """Rows of MSGS and ACKS whose ``XID`` is not ActiveMQ's encoding of prepared work
+    (``problem`` says why, as XA recovery does). A MSGS row is named by its ``id``, an
+    ACKS row by its key: ``destination`` (CONTAINER), ``client_id``, ``sub_name`` and
+    ``priority``; the columns the other table lacks are null."""
     return (
-        m.unionByName(a)
+        _xa_rows(msgs, acks)
+        .drop("last_acked_id")
         .withColumn("problem", _problem(sf.col("xid")))
         .where(sf.col("problem").isNotNull())
-        .orderBy("table", "destination", "id", "client_id", "sub_name", "priority")
+        .orderBy(*_ROW_ORDER)
     )
 
 

@@ -119,12 +119,18 @@ def test_anomalies_and_thresholds(spark: Any, activemq_engine: Engine, tmp_path:
         "undecodable": 1,
     }
     assert [e["id"] for e in report["expired"]] == [31]
-    assert report["in_doubt"][0] == {
-        "table": "msgs",
-        "destination": "queue://DUP.Q",
-        "xid": "XID:1:abcd:ef",
-        "id": 32,
-    }
+    assert report["in_doubt"] == [
+        {
+            "table": "msgs",
+            "destination": "queue://DUP.Q",
+            "id": 32,
+            "client_id": None,
+            "sub_name": None,
+            "priority": None,
+            "last_acked_id": None,
+            "xid": "XID:1:abcd:ef",
+        }
+    ]
     assert report["orphan_subscriptions"] == [
         {"container": "topic://EMPTY.T", "client_id": "c", "sub_name": "s"}
     ]

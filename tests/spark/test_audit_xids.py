@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 from typer.testing import CliRunner
 
 from mqstore.errors import TransactionError
-from mqstore.store import Batch, PostgresStore, SubscriptionKey, Xid
+from mqstore.store import Ack, Batch, PostgresStore, SubscriptionKey, Xid
 from spark_etl import cli
 from spark_etl.audit import Thresholds, audit
 from spark_etl.xids import MALFORMED_XID_ADVICE
@@ -114,6 +114,51 @@ def test_xids_xa_recovery_refuses_are_listed_counted_and_cross_their_threshold(
     )
     execute(engine, "UPDATE activemq_acks SET xid = NULL WHERE client_id = 'client'")
     assert [t.xid for t in _recover(engine)] == [Xid(1, b"g1", b"b")]
+
+
+def test_in_doubt_rows_name_a_prepared_durable_ack_by_its_subscription(
+    spark: Any, engine: Engine, tmp_path: Path
+) -> None:
+    """A prepared ack is the subscription's ACKS row with an XID; its LAST_ACKED_ID is still
+    the committed position. The in-doubt list names that row by its key, as the operator
+    needs it to find the row, and a prepared add by its ID."""
+    key = SubscriptionKey(T, "client", "sub")
+    store = PostgresStore(engine, cleanup_interval_s=0)
+    store.start()
+    try:
+        store.add_subscription(key)
+        first, second = store.add([msg(T, 1), msg(T, 2)])
+        store.acknowledge([Ack(key, first)])
+        store.xa_prepare(Xid(1, b"ack", b"b"), Batch(acks=[Ack(key, second)]))
+        store.xa_prepare(Xid(1, b"add", b"b"), Batch(adds=[msg(Q, 3)]))
+    finally:
+        store.stop()
+    report = audit(spark, dsn_of(engine), tmp_path, now_ms=NOW)
+    rows = [{k: v for k, v in r.items() if k != "xid"} for r in report["in_doubt"]]
+    assert rows == [
+        {
+            "table": "acks",
+            "destination": T,
+            "id": None,
+            "client_id": "client",
+            "sub_name": "sub",
+            "priority": 0,
+            "last_acked_id": first,
+        },
+        {
+            "table": "msgs",
+            "destination": Q,
+            "id": rows[1]["id"],
+            "client_id": None,
+            "sub_name": None,
+            "priority": None,
+            "last_acked_id": None,
+        },
+    ]
+    assert rows[1]["id"] > second
+    assert report["counts"]["malformed_xids"] == 0
+    page = (tmp_path / "audit.html").read_text()
+    assert "<th>last_acked_id</th>" in page and "<td>client</td>" in page
 
 
 def test_audit_command_warns_of_xids_xa_recovery_refuses_and_exits_3_over_the_limit(
