@@ -344,8 +344,10 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
         if restore_lock_row(conn, schema):
             report.actions.append(f"inserted the lock row into {schema.lock.name}")
         command.stamp(alembic_config(prefix, conn), BASELINE_REVISION)
-        report.actions.append(f"stamped revision {BASELINE_REVISION}")
         command.upgrade(alembic_config(prefix, conn), "head")
+        reached = current_revision(conn, prefix)
+        upgraded = f", upgraded to {reached}" if reached != BASELINE_REVISION else ""
+        report.actions.append(f"stamped revision {BASELINE_REVISION} (ActiveMQ's tables){upgraded}")
         drift = schema_differences(conn, prefix)
         if drift:  # what the column check cannot see: keys, defaults, extra lock rows
             raise NotActiveMQSchemaError(

@@ -16,13 +16,17 @@ from mqstore.errors import ConfigError
 
 
 def _container(destination: str) -> str:
-    """The CONTAINER a user means: ``queue://X``, ``topic://X``, ``/queue/X``, ``/topic/X``
-    or ``X`` (a queue)."""
-    for kind in ("queue", "topic"):
-        if destination.startswith(f"/{kind}/"):
-            return f"{kind}://{destination[len(kind) + 2 :]}"
+    """The CONTAINER a user means: ``queue://X``, ``topic://X``, or a name as a STOMP
+    client gives it (``/queue/X``, ``/topic/X`` or ``X``, a queue), refused as the broker
+    refuses it (``/temp-queue/X``, a wildcard, a composite)."""
     if "://" not in destination:
-        return f"queue://{destination}"
+        from mqstore.broker.frames import FrameError
+        from mqstore.broker.messages import container_of
+
+        try:
+            return container_of(destination)
+        except FrameError as exc:
+            raise ConfigError(str(exc)) from None
     if not destination.startswith(("queue://", "topic://")):
         raise ConfigError(
             f"{destination!r} is not a destination: use queue://NAME, topic://NAME, "
@@ -126,6 +130,7 @@ def stats(
             schema = build_schema(settings.table_prefix)
             with database.engine.connect() as conn:
                 lock, lock_state = describe_lock(conn, schema)
+                schema_warning = _schema_warning(conn, settings.table_prefix)
                 applied = None
                 # A database only ActiveMQ used (not yet adopted) has no journal table.
                 if journal_id and sa.inspect(conn).has_table(schema.journal.name):
@@ -156,6 +161,10 @@ def stats(
             "lock": {"holder": lock.broker_name, "time": lock.time, "state": lock_state},
             "journal": journal,
         }
+        if schema_warning is not None:  # the figures are shown all the same
+            err_console.print(
+                f"[yellow]warning:[/yellow] {schema_warning}", highlight=False, soft_wrap=True
+            )
         if as_json:
             emit(json.dumps(data, indent=2))
             return
@@ -195,6 +204,22 @@ def stats(
     run(body)
 
 
+def _schema_warning(conn: sa.Connection, prefix: str) -> str | None:
+    """What to do about a schema mqstore migrated that is not at this mqstore's head (behind:
+    `mqstore db upgrade`; newer: upgrade mqstore), or None. A database only ActiveMQ used
+    is read as it is."""
+    from mqstore import migrate
+    from mqstore.errors import SchemaVersionError
+
+    if migrate.current_revision(conn, prefix) in (None, migrate.head_revision()):
+        return None
+    try:
+        migrate.require_head(conn, prefix)
+    except SchemaVersionError as exc:
+        return str(exc)
+    return None
+
+
 def _journal_summary(directory: Path) -> dict[str, object] | None:
     """What ``mqstore stats`` says about the local journal, if there is one."""
     if not directory.is_dir():
@@ -206,13 +231,12 @@ def _journal_summary(directory: Path) -> dict[str, object] | None:
     except (JournalError, OSError) as exc:  # the database's figures are shown all the same
         problem = f"cannot read {exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else exc
         return {"directory": str(directory), "segments": 0, "records": 0,
-                "last_checkpoint": None, "problem": str(problem)}  # fmt: skip
+                "problem": str(problem)}  # fmt: skip
     damage = report.problem
     return {
         "directory": str(directory),
         "segments": len(report.segments),
         "records": report.records,
-        "last_checkpoint": str(report.last_checkpoint) if report.last_checkpoint else None,
         "problem": (
             f"{damage.kind} at {damage.file} offset {damage.offset} ({damage.reason}; "
             f"{damage.bytes_after} bytes after it): see `mqstore journal repair --dry-run "

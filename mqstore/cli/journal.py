@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -48,9 +48,17 @@ def _require_journal(directory: Path) -> None:
     raise ConfigError(f"{directory} holds no journal: no *.wal segment and no {ID_FILE}{hint}")
 
 
+#: Where the checkpoint position lives: the journal directory does not hold it.
+CHECKPOINT_NOTE = (
+    "checkpoint position: kept in the database (MQSTORE_JOURNAL), not in this directory; "
+    "`mqstore stats` shows how far the database applied this journal"
+)
+
+
 @journal_app.command("inspect")
 def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
-    """Segments, record counts by type, checkpoint position and any damage found."""
+    """Segments, record and operation counts by type, and any damage found (the checkpoint
+    position is kept in the database: `mqstore stats` shows it)."""
 
     def body() -> None:
         from journal import JournalError, inspect
@@ -61,12 +69,44 @@ def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
         except JournalError as exc:
             raise MqstoreError(str(exc)) from None
         data = report.to_dict()
+        # Checkpoints store their position in the database, not as a record in the log.
+        for key in ("last_checkpoint", "last_checkpoint_record"):
+            data.pop(key, None)
         if as_json:
             emit(json.dumps(data, indent=2, default=str))
             return
-        console.print_json(json.dumps(data, default=str))
+        for line in _inspect_lines(data):
+            console.print(line, highlight=False, soft_wrap=True)
 
     run(body)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
+
+
+def _inspect_lines(data: dict[str, Any]) -> list[str]:
+    """What ``journal inspect`` prints without ``--json``."""
+    segments = data["segments"]
+    end = f", valid data ends at {data['end']}" if data["end"] else ""
+    lines = [f"journal {data['directory']}: {len(segments)} segment(s), "
+             f"{data['records']} record(s){end}"]  # fmt: skip
+    for seg in segments:
+        records = "not read" if seg["records"] is None else f"{seg['records']} record(s)"
+        lines.append(f"  {seg['file']}: {seg['size']} bytes, {records}")
+    lines.append(f"records by type: {_counts(data['records_by_type'])}")
+    lines.append(f"operations by type: {_counts(data['ops_by_type'])}")
+    problem = data["problem"]
+    if problem is None:
+        lines.append("damage: none")
+    else:
+        lines.append(
+            f"damage: {problem['kind']} at {problem['file']} offset {problem['offset']} "
+            f"({problem['reason']}; {problem['bytes_after']} bytes after it): see "
+            f"`mqstore journal repair --dry-run {data['directory']}`"
+        )
+    lines.append(CHECKPOINT_NOTE)
+    return lines
 
 
 @journal_app.command("repair")
