@@ -16,7 +16,11 @@ from journal.format import (
     frame_crc,
 )
 
-__all__ = ["Frame", "FrameWalker", "all_zero", "resync"]
+__all__ = ["SECTOR_SIZE", "Frame", "FrameWalker", "all_zero", "resync", "zero_sector"]
+
+#: The smallest unit a disk writes whole: a write torn by a power loss or an OS crash leaves
+#: some of the 512-byte sectors (aligned on file offsets) it covers unwritten.
+SECTOR_SIZE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,18 @@ def resync(view: memoryview, start: int) -> int | None:
     return None
 
 
+def zero_sector(view: memoryview, start: int, end: int) -> bool:
+    """Whether a piece of bytes ``start..end`` within one 512-byte sector (aligned on file
+    offsets) is all zeros: the mark of a write that did not reach the disk whole."""
+    pos = start
+    while pos < end:
+        stop = min(end, (pos // SECTOR_SIZE + 1) * SECTOR_SIZE)
+        if all_zero(view[pos:stop]):
+            return True
+        pos = stop
+    return False
+
+
 def _nothing_follows(view: memoryview, pos: int) -> bool:
     """Whether no valid frame starts after ``pos``: bad bytes there may be a torn write."""
     return resync(view, pos + 1) is None
@@ -62,13 +78,19 @@ class FrameWalker:
     """Iterate the valid frames of a segment's bytes; ``problem`` is set where it stops.
 
     ``problem`` is ``(offset, reason, torn_shaped)``; torn-shaped damage is a torn tail if
-    the segment is the last one.
+    the segment is the last one. A whole frame that does not check out is torn-shaped only
+    with nothing but zeros after it and a zero sector inside it (:func:`zero_sector`): a
+    write the process made lands whole in the page cache even if the process is killed, so
+    only a power loss or OS crash tears one, before it was synced (acknowledged), leaving
+    sectors of it unwritten. Without that mark, it is a complete record damaged since.
     """
 
     def __init__(self, view: memoryview, start: int = HEADER_SIZE) -> None:
         self.view = view
         self.start = start
         self.problem: tuple[int, str, bool] | None = None
+        #: Where the frame at ``problem`` ends, when it fits in the data but does not check out.
+        self.bad_end: int | None = None
 
     def __iter__(self) -> Iterator[Frame]:
         view, pos, size = self.view, self.start, len(self.view)
@@ -96,7 +118,12 @@ class FrameWalker:
                 if stored != frame_crc(view[pos : pos + FRAME_HEAD.size], payload):
                     reason = "record checksum (CRC32C) mismatch"
             if reason is not None:
-                torn = all_zero(view[end:]) and _nothing_follows(view, pos)
+                self.bad_end = end
+                torn = (
+                    zero_sector(view, pos, end)
+                    and all_zero(view[end:])
+                    and _nothing_follows(view, pos)
+                )
                 self.problem = (pos, reason, torn)
                 return
             yield Frame(pos, end, rtype, payload)

@@ -9,18 +9,20 @@ import threading
 from pathlib import Path
 
 from journal import runs
-from journal.checkpoint import settled_position
+from journal.checkpoint import read_position, settled_position
 from journal.checkpoint_loop import run_checkpoints, run_maintenance
 from journal.checkpointing import Checkpoints
-from journal.errors import JournalError, JournalPositionError
+from journal.errors import JournalCorruptError, JournalError, JournalPositionError
 from journal.format import Position
 from journal.mode import settle_mode
 from journal.opening import open_store_journal, unusable
+from journal.repair import repair
 from journal.support import (
     JournalBehindDatabaseError,
     JournalLeftRunningError,
     JournalRowMissingError,
     JournalUnusableError,
+    existing_journal_id,
 )
 from journal.writer import Journal
 from mqstore.errors import DatabaseUnavailableError, StoreClosedError
@@ -80,7 +82,11 @@ class Lifecycle(Checkpoints):
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None
+            corrupt = exc if isinstance(exc, JournalCorruptError) else exc.__cause__
+            note = self._applied_note() if isinstance(corrupt, JournalCorruptError) else ""
             self.pg.stop()
+            if note:
+                raise JournalUnusableError(f"{corrupt} {note}") from corrupt
             if isinstance(exc, JournalError):  # damage found only on replay, say
                 raise JournalUnusableError(str(exc)) from exc
             raise
@@ -101,6 +107,26 @@ class Lifecycle(Checkpoints):
                 daemon=True,
             )
             self._maintenance.start()
+
+    def _applied_note(self) -> str:
+        """What to add to the refusal of a damaged journal whose damage all lies before the
+        position the database has applied: repairing it loses nothing. Empty otherwise, or
+        when that cannot be told (no journal id, no stored position, database unreachable)."""
+        journal_id = existing_journal_id(self.journal_dir)
+        if journal_id is None:
+            return ""
+        try:
+            stored = read_position(self.pg, journal_id)
+            plan = repair(self.journal_dir, dry_run=True, database_position=stored)
+        except (JournalError, DatabaseUnavailableError, OSError) as exc:
+            log.debug("cannot tell whether the damage was applied: %s", exc)
+            return ""
+        if not plan.lost_applied_only:
+            return ""
+        return (
+            f"The damage all lies before {stored}, the position the database has applied: "
+            "its records are in the database already, so the repair loses nothing."
+        )
 
     @property
     def _owner(self) -> str:

@@ -5,7 +5,11 @@ being written when the process or machine stopped, and such a record was never
 acknowledged. In the last segment these are a torn tail and are truncated on open:
 
 * an incomplete frame header, or a frame whose length runs past the end of the file;
-* a frame that fits but has a bad CRC (or type) and only zero bytes, if any, after it;
+* a frame that fits but has a bad CRC (or type), only zero bytes, if any, after it, and one
+  of the 512-byte sectors it spans (aligned on file offsets) all zeros: a write a power loss
+  or OS crash cut short, never synced. Without a zero sector it is a complete record damaged
+  since (a process killed even with SIGKILL leaves its writes whole in the page cache), so
+  it may have been acknowledged: corruption, refused and kept;
 * zero bytes (preallocated or zero-filled space) up to the end of the file;
 * a last segment shorter than its header or with an all-zero header, or flagged to start
   with a seal and holding no valid record at all (crash while creating it).

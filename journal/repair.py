@@ -3,7 +3,9 @@
 A damaged stretch inside a segment (a record whose checksum fails, one that does not decode,
 garbage) is overwritten by a padding record of the same length, so the records after it
 keep their positions (a checkpoint position stored in the database stays valid) and are
-replayed. Where no valid record follows in its segment, the segment is cut there instead;
+replayed; so is a whole record at the end of the log that no longer checks out (the log
+still reaches the position after it, where the database's checkpoint may be). Where
+nothing readable follows in its segment otherwise, the segment is cut there instead;
 a segment header that does not check out is written again, and a segment missing from the
 middle is created empty. A segment left without records before later ones gets a padding
 record: one holding none is taken for damage (its records cut away). Only where the damage
@@ -17,7 +19,7 @@ segment longer than its seal records is cut back to its sealed end (to the start
 record that runs past it, then filled up to it): what was written after the writer moved
 on is not in the log's order; the records cut off are counted lost, by type.
 Zero bytes after the last record are the writer's preallocated space, no damage:
-``Journal.open`` trims them.
+``Journal.open`` trims them (after a damaged last record, cut off, they are not counted lost).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from journal.format import (
     HEADER_SIZE,
     RECORD_PADDING,
     SEAL_FRAME_SIZE,
+    Position,
     Seal,
     decode_header,
     decode_seal,
@@ -43,7 +46,7 @@ from journal.format import (
     header_flags,
     segment_file_name,
 )
-from journal.frames import FrameWalker
+from journal.frames import FrameWalker, all_zero
 from journal.maintenance import Problem, count_frames, jsonable, resync
 from journal.reader import EMPTY_SEGMENT, check_header
 from journal.records import decode_batch
@@ -99,6 +102,26 @@ class RepairPlan:
     cut_records: int = 0
     lost_ops_by_type: dict[str, int] = field(default_factory=dict)
     applied: bool = False
+    #: The checkpoint position the database has applied, when the caller read it.
+    database_position: Position | None = None
+
+    @property
+    def lost_applied_only(self) -> bool:
+        """Whether every damaged stretch lies before ``database_position``: the records
+        there are in the database already, and repairing keeps the journal reaching it
+        (stretches padded in place, or segments before its segment cut), so nothing is lost."""
+        at = self.database_position
+        if at is None or not self.actions:
+            return False
+        for a in self.actions:
+            number = _number(a.file)
+            if a.action == PAD and number is not None and Position(number, a.end) <= at:
+                continue
+            if a.action == TRUNCATE and number is not None and number < at.segment:
+                continue
+            if a.action != HEADER or number is None or Position(number, HEADER_SIZE) > at:
+                return False
+        return True
 
     @property
     def remove_files(self) -> list[str]:
@@ -142,6 +165,13 @@ class RepairPlan:
                 )
             else:
                 lines.append(f"{'removed' if done else 'would remove'} {a.file}")
+        if self.lost_applied_only:
+            lines.append(
+                f"lost: nothing; the damaged bytes all lie before {self.database_position}, "
+                "the position the database has applied: the records they held are in the "
+                "database already"
+            )
+            return "\n".join(lines)
         types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
         stretches = sum(a.action not in (HEADER, MARK) for a in self.actions)
         cut = f", {self.cut_records} record(s) cut away" if self.cut_records else ""
@@ -153,9 +183,10 @@ class RepairPlan:
         return "\n".join(lines)
 
 
-def _first_bad(view: memoryview, start: int) -> tuple[int, str, bool, int | None]:
+def _first_bad(view: memoryview, start: int) -> tuple[int, str, bool, int | None, int | None]:
     """Where the frames from ``start`` stop: (offset, reason, torn-shaped, end of a bad
-    frame that is whole but does not decode), or offset -1 when they reach the end."""
+    frame that is whole but does not decode, end of a whole frame whose checksum or type
+    fails), or offset -1 when they reach the end."""
     walker = FrameWalker(view, start)
     for frame in walker:
         if frame.record_type == RECORD_PADDING:
@@ -163,11 +194,11 @@ def _first_bad(view: memoryview, start: int) -> tuple[int, str, bool, int | None
         try:
             decode_batch(frame.payload)
         except JournalDecodeError as exc:
-            return frame.start, f"undecodable record: {exc}", False, frame.end
+            return frame.start, f"undecodable record: {exc}", False, frame.end, frame.end
     if walker.problem is None:
-        return -1, "", False, None
+        return -1, "", False, None, None
     offset, reason, torn = walker.problem
-    return offset, reason, torn, None
+    return offset, reason, torn, None, walker.bad_end
 
 
 class _Planner:
@@ -223,7 +254,7 @@ class _Planner:
             view, size = view[:at], at
         pos = start
         while True:
-            offset, reason, torn, bad_end = _first_bad(view, pos)
+            offset, reason, torn, bad_end, whole_end = _first_bad(view, pos)
             if offset < 0 and sealed is not None and self.fill(number, path, view, sealed):
                 return True
             if offset < 0 and size == start and damage is None and not last:
@@ -236,9 +267,14 @@ class _Planner:
                 return True  # the writer's zero-filled space: free, and Journal.open trims it
             if torn and last:
                 self.add(TRUNCATE, path, offset, size, f"torn tail: {reason}")
-                self.plan.lost_bytes += size - offset
+                self.plan.lost_bytes += _damaged(view, offset)
                 return True
             end = bad_end if bad_end is not None else resync(view, offset + 1)
+            if end is None and whole_end is not None:
+                # A whole record damaged since it was written, with nothing readable after
+                # it: padded over, not cut, so the log still reaches its end, which the
+                # database's checkpoint position may be at already.
+                end = whole_end
             if (
                 end is None
                 and sealed is not None
@@ -250,7 +286,7 @@ class _Planner:
                 return True
             if end is None:  # nothing readable follows in this segment
                 self.add(TRUNCATE, path, offset, size, reason)
-                self.plan.lost_bytes += size - offset
+                self.plan.lost_bytes += _damaged(view, offset)
                 return True
             if end - offset < FRAME_OVERHEAD:
                 self.cut(path, view, offset, reason)
@@ -290,6 +326,21 @@ class _Planner:
         self.plan.lost_records += count_frames(view, HEADER_SIZE, self.lost)
 
 
+def _number(file: str) -> int | None:
+    """The segment number of a segment file name, None for another file."""
+    stem = file.split(".", maxsplit=1)[0]
+    return int(stem) if file.endswith(".wal") and stem.isdigit() else None
+
+
+def _damaged(view: memoryview, offset: int) -> int:
+    """Bytes lost by cutting the segment at ``offset``: up to the end of the damaged record
+    there when only zero bytes, the writer's free space, follow it; else to the end."""
+    walker = FrameWalker(view, offset)
+    next(iter(walker), None)
+    end = walker.bad_end
+    return end - offset if end is not None and all_zero(view[end:]) else len(view) - offset
+
+
 def _read(path: Path) -> memoryview:
     with open(path, "rb") as f:
         return memoryview(f.read())
@@ -325,14 +376,21 @@ def _seal_frame(view: memoryview, number: int) -> Seal | None:
     return seal if seal is not None and seal.segment == number else None
 
 
-def repair(directory: str | os.PathLike[str], *, dry_run: bool = True) -> RepairPlan:
+def repair(
+    directory: str | os.PathLike[str],
+    *,
+    dry_run: bool = True,
+    database_position: Position | None = None,
+) -> RepairPlan:
     """Plan (and unless ``dry_run`` apply) the repair of the journal in ``directory``.
 
-    Takes the directory lock, so it refuses to run while a server has the journal open
-    (:class:`~journal.errors.JournalLockedError`).
+    ``database_position``: the checkpoint position the database has applied for this
+    journal, if known; the plan then tells damage wholly before it, which loses nothing
+    (:attr:`RepairPlan.lost_applied_only`). Takes the directory lock, so it refuses to run
+    while a server has the journal open (:class:`~journal.errors.JournalLockedError`).
     """
     path = Path(directory)
-    plan = RepairPlan(path)
+    plan = RepairPlan(path, database_position=database_position)
     planner = _Planner(plan)
     with DirectoryLock(path):
         segments = list_segments(path)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mqstore import migrate
 from mqstore.cli.options import DataDirOpt, DsnOpt, JsonOpt, PrefixOpt, settings_to_read
-from mqstore.cli.output import console, emit, run
+from mqstore.cli.output import console, emit, err_console, run
 from mqstore.errors import ConfigError, MqstoreError
+
+if TYPE_CHECKING:
+    from journal.format import Position
 
 journal_app = typer.Typer(help="Inspect and repair a local journal.", no_args_is_help=True)
 
@@ -113,9 +116,13 @@ def _inspect_lines(data: dict[str, Any]) -> list[str]:
 def journal_repair(
     directory: JournalDirArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only say what would be lost")] = False,
+    dsn: DsnOpt = None,
+    table_prefix: PrefixOpt = None,
+    data_dir: DataDirOpt = None,
 ) -> None:
     """Cut corrupt records out of the journal (padded over, so later ones stay), after
-    saying what is lost."""
+    saying what is lost. With the database at hand (--dsn, MQSTORE_DSN or the embedded
+    store), damage its checkpoint has applied already is said to lose nothing."""
 
     def body() -> None:
         from journal import JournalError, repair
@@ -123,6 +130,9 @@ def journal_repair(
         _require_journal(directory)
         try:
             plan = repair(directory, dry_run=True)
+            if plan.problem is not None:
+                applied = _applied_position(directory, dsn, table_prefix, data_dir)
+                plan = repair(directory, dry_run=True, database_position=applied)
             console.print(plan.describe(), highlight=False, soft_wrap=True)
             if not dry_run and plan.problem is not None:  # an intact journal is left alone
                 repair(directory, dry_run=False)
@@ -131,6 +141,46 @@ def journal_repair(
             raise MqstoreError(str(exc)) from None
 
     run(body)
+
+
+def _applied_position(
+    directory: Path, dsn: str | None, prefix: str | None, data_dir: Path | None
+) -> Position | None:
+    """The checkpoint position the database holds for the journal in ``directory``, or None
+    (said on stderr) when it cannot be read: repair then counts every damaged record lost."""
+    import sqlalchemy as sa
+
+    from journal.format import Position
+    from journal.support import existing_journal_id
+    from mqstore.app import open_database
+    from mqstore.schema import build_schema
+
+    journal_id = existing_journal_id(directory)
+    if journal_id is None:
+        return None
+    try:
+        settings = settings_to_read(dsn, prefix, data_dir)
+        table = build_schema(settings.table_prefix).journal
+        with open_database(settings) as database, database.engine.connect() as conn:
+            if not sa.inspect(conn).has_table(table.name):
+                return None
+            row = conn.execute(
+                sa.select(table.c.segment, table.c.position).where(table.c.journal_id == journal_id)
+            ).first()
+    except (MqstoreError, sa.exc.SQLAlchemyError) as exc:
+        err_console.print(
+            f"[yellow]note:[/yellow] the database's checkpoint position for journal "
+            f"{journal_id} was not read ({_first_line(exc)}); what the repair drops is counted "
+            "as lost, though the database may hold it already: pass --dsn to tell",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return None
+    return Position(int(row[0]), int(row[1])) if row else None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 @journal_app.command("forget")

@@ -235,7 +235,10 @@ def test_a_repair_that_cuts_behind_the_checkpoint_is_refused_saying_how_to_go_on
     with pytest.raises(JournalUnusableError, match="repair"):
         make_journaled(directory)
     plan = repair(directory, dry_run=False)
-    assert [(a.action, a.offset) for a in plan.actions] == [("truncate", ends[0].offset)]
+    assert [(a.action, a.offset) for a in plan.actions] == [
+        ("pad", ends[0].offset),  # the whole record that went bad
+        ("truncate", ends[1].offset),  # what cannot be read after it
+    ]
     with pytest.raises(JournalBehindDatabaseError) as info:
         make_journaled(directory)
     text = " ".join(str(info.value).split())

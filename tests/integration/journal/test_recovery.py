@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from click.testing import Result
 from sqlalchemy.engine import Engine
+from typer.testing import CliRunner
 
-from journal import AddMessage
-from journal.store import JournalIdLostError
+from journal import AddMessage, Position, repair
+from journal.store import JournalIdLostError, JournalUnusableError
 from mqstore.errors import DatabaseUnavailableError
 from tests.conftest import count_rows
 from tests.integration.conftest import msg
@@ -120,3 +123,97 @@ def test_a_checkpoint_retried_after_a_lost_commit_reply_applies_nothing_twice(
     assert count_rows(engine, "activemq_msgs") == 1
     store.stop()
     assert make_journaled(tmp_path / "j").count(Q) == 1
+
+
+def _checkpointed_then_damaged(
+    make_journaled: JournaledFactory, directory: Path, applied: int, record: int
+) -> Position:
+    """Five adds, the first ``applied`` (0 to 5) checkpointed into the database; then a byte of
+    record ``record`` (0-based) flipped. Returns where that record starts."""
+    store = make_journaled(directory)
+    starts = []
+    for i in range(5):
+        if i == applied:
+            store.checkpoint()
+        starts.append(store.journal.position)
+        store.add([msg(Q, i, body=b"x" * 100)])
+    if applied == 5:
+        store.checkpoint()
+    store.stop(checkpoint=False)  # a crash: what was not checkpointed is only in the log
+    start = starts[record]
+    segment = directory / f"{start.segment:016d}.wal"
+    data = bytearray(segment.read_bytes())
+    data[start.offset + 20] ^= 0x40
+    segment.write_bytes(bytes(data))
+    return start
+
+
+def test_damage_the_database_has_applied_is_refused_saying_the_repair_loses_nothing(
+    make_journaled: JournaledFactory, engine: Engine, dsn: str, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    start = _checkpointed_then_damaged(make_journaled, directory, applied=3, record=1)
+    with pytest.raises(JournalUnusableError) as info:
+        make_journaled(directory)
+    text = str(info.value)
+    assert f"is corrupt at offset {start.offset}" in text
+    assert "the position the database has applied" in text and "loses nothing" in text
+    [(segment, position)] = _stored_positions(engine)
+    plan = repair(directory, dry_run=True, database_position=Position(segment, position))
+    assert plan.lost_applied_only
+    assert "lost: nothing" in plan.describe()
+    # The command says so too when it can read the database, and only then.
+    said = _cli_repair_dry_run(directory, "--dsn", dsn)
+    assert "lost: nothing" in said.stdout and said.exit_code == 0, said.output
+    unread = _cli_repair_dry_run(directory, "--dsn", "postgresql://127.0.0.1:1/none")
+    assert "lost: whatever records the" in unread.stdout, unread.output
+    assert "checkpoint position for journal" in unread.stderr and "not read" in unread.stderr
+    repair(directory, dry_run=False)
+    store = make_journaled(directory)
+    assert [m.msgid_seq for m in store.page(Q, None, 10)] == [0, 1, 2, 3, 4]
+
+
+def test_a_damaged_last_record_the_database_has_applied_is_padded_and_the_journal_starts(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    """Cut off, the record would leave the log short of the database's position, and the
+    next start would refuse the journal as behind the database."""
+    directory = tmp_path / "j"
+    _checkpointed_then_damaged(make_journaled, directory, applied=5, record=4)
+    with pytest.raises(JournalUnusableError) as info:
+        make_journaled(directory)
+    assert "loses nothing" in str(info.value)
+    [(segment, position)] = _stored_positions(engine)
+    plan = repair(directory, dry_run=False, database_position=Position(segment, position))
+    assert plan.lost_applied_only and [a.action for a in plan.actions] == ["pad"]
+    store = make_journaled(directory)
+    assert [m.msgid_seq for m in store.page(Q, None, 10)] == [0, 1, 2, 3, 4]
+    store.add([msg(Q, 5)])
+    assert store.count(Q) == 6
+
+
+def test_damage_after_the_applied_position_is_not_called_harmless(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    directory = tmp_path / "j"
+    _checkpointed_then_damaged(make_journaled, directory, applied=2, record=3)
+    with pytest.raises(JournalUnusableError) as info:
+        make_journaled(directory)
+    assert "loses nothing" not in str(info.value)
+    [(segment, position)] = _stored_positions(engine)
+    plan = repair(directory, dry_run=True, database_position=Position(segment, position))
+    assert not plan.lost_applied_only
+    assert "lost: whatever records the" in plan.describe()
+
+
+def _stored_positions(engine: Engine) -> list[tuple[int, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT segment, position FROM mqstore_journal"))
+        return [(int(s), int(p)) for s, p in rows]
+
+
+def _cli_repair_dry_run(directory: Path, *options: str) -> Result:
+    from mqstore.cli import app
+
+    runner = CliRunner()
+    return runner.invoke(app, ["journal", "repair", "--dry-run", str(directory), *options])

@@ -38,14 +38,24 @@ def ids_of(journal: Journal) -> list[int]:
     return [op.id for _, ops in journal.recover() for op in ops if isinstance(op, AddMessage)]
 
 
-def write_log(directory: Path, count: int, **options: object) -> list[Position]:
+def write_log(directory: Path, count: int, body: int = 40, **options: object) -> list[Position]:
     with Journal.open(directory, **options) as journal:  # type: ignore[arg-type]
-        return [journal.append([add(i)]) for i in range(count)]
+        return [journal.append([add(i, body)]) for i in range(count)]
 
 
 def flip(path: Path, offset: int) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def tear(path: Path, start: int, end: int) -> None:
+    """Zero record ``start..end`` from its first 512-byte sector boundary on: a write of it
+    that a power loss cut short, its later sectors never written."""
+    boundary = (start // 512 + 1) * 512
+    assert boundary < end, "the record lies in one sector"
+    data = bytearray(path.read_bytes())
+    data[boundary:end] = bytes(end - boundary)
     path.write_bytes(bytes(data))
 
 
@@ -79,11 +89,11 @@ def test_torn_tail_truncated_at_every_offset_of_the_last_record(tmp_path: Path) 
         shutil.rmtree(work)
 
 
-def test_bad_crc_at_eof_and_trailing_zeros_are_a_torn_tail(
+def test_a_last_record_with_unwritten_sectors_and_trailing_zeros_are_a_torn_tail(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ends = write_log(tmp_path, 3)
-    flip(segment_file(tmp_path), ends[2].offset - 6)
+    ends = write_log(tmp_path, 3, body=600)
+    tear(segment_file(tmp_path), ends[1].offset, ends[2].offset)
     with caplog.at_level(logging.WARNING, logger="journal"), Journal.open(tmp_path) as journal:
         assert ids_of(journal) == [0, 1]
         report = journal.recovery_report
