@@ -98,6 +98,8 @@ def build_locker(settings: Settings, engine: Engine) -> Locker:
 
     With the journal on, the lease is held exclusively (a journaled broker never waits as a
     standby) and the row lock, which exists only to pair with ActiveMQ standbys, is refused.
+    Without a lock, the store still refuses to start while another broker is master
+    (:class:`NoLocker` given the engine).
     """
     schema = build_schema(settings.table_prefix)
     check_lock_settings(settings)
@@ -113,7 +115,7 @@ def build_locker(settings: Settings, engine: Engine) -> Locker:
         return ExclusiveLease(lease) if settings.journal else lease
     if settings.lock == "row":
         return RowLocker(engine, schema, settings.broker_name, renew_ms=settings.renew_ms)
-    return NoLocker()
+    return NoLocker(engine, schema, settings.broker_name)
 
 
 def build_store(

@@ -19,7 +19,7 @@ from mqstore.lock.guard import Guard
 from mqstore.lock.locker import Renewal
 from mqstore.lock.retries import RetryWarnings
 from mqstore.lock.standby import GuardSeen, GuardWatch, OwnLease, judge_own_lease, standby_message
-from mqstore.lock.status import LockStatus, find_lock, read_lock
+from mqstore.lock.status import LockStatus, database_now_ms, find_lock, read_lock
 from mqstore.schema import StoreSchema
 
 log = logging.getLogger(__name__)
@@ -100,10 +100,7 @@ class LeaseLocker:
         if self._adjust_ms is None:
             self._adjust_ms = 0
             if self.max_clock_diff_ms > 0:
-                db_ms = conn.execute(
-                    sa.text("SELECT (extract(epoch FROM CURRENT_TIMESTAMP) * 1000)::bigint")
-                ).scalar_one()
-                diff = int(time.time() * 1000) - int(db_ms)
+                diff = int(time.time() * 1000) - database_now_ms(conn)
                 if abs(diff) > self.max_clock_diff_ms:
                     self._adjust_ms = -diff
                     log.warning("local clock is %d ms off the database; using DB time", diff)

@@ -7,7 +7,11 @@ import enum
 import threading
 from typing import Protocol
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
+
+from mqstore.errors import ConfigError, LockError
+from mqstore.lock.status import ROW_LOCK_MASTER, database_now_ms, find_lock, row_lock_held
+from mqstore.schema import StoreSchema
 
 
 class Renewal(enum.Enum):
@@ -70,13 +74,49 @@ class Locker(Protocol):
 
 
 class NoLocker:
-    """For a single broker that shares its tables with nobody (tests, tools)."""
+    """For a single broker that shares its tables with nobody (tests, tools).
 
-    holder = "unlocked"
+    It keeps nobody out. Given the ``engine`` and ``schema`` (as ``mqstore serve --lock
+    none`` does), :meth:`acquire` still looks once at the lock row: while another broker is
+    master, it refuses with :class:`LockError` rather than write beside it. Without them it
+    looks at nothing.
+    """
+
     renew_interval_s = 3600.0
 
+    def __init__(
+        self,
+        engine: Engine | None = None,
+        schema: StoreSchema | None = None,
+        holder: str = "unlocked",
+    ) -> None:
+        if (engine is None) != (schema is None):
+            raise ConfigError("NoLocker looks at the lock row only given both engine and schema")
+        self.engine, self.schema, self.holder = engine, schema, holder
+
     def acquire(self, stop: threading.Event) -> bool:
-        return True
+        """True at once, or :class:`LockError` naming the master when another broker holds
+        the lock now: a lease live on the database clock under another name than
+        :attr:`holder`, or the row locked by a row-lock master (probed as ``mqstore lock
+        status`` does). A free or expired lease, or one under :attr:`holder`, is no master."""
+        if self.engine is None or self.schema is None:
+            return True
+        name = self.schema.lock.name
+        with self.engine.connect() as conn:
+            status = find_lock(conn, self.schema)
+            now_ms = database_now_ms(conn)
+            if status is not None and status.live(now_ms) and status.broker_name != self.holder:
+                master, standby = status.describe(now_ms), "--lock lease"
+            elif row_lock_held(conn, self.schema):
+                master, standby = ROW_LOCK_MASTER, "--lock row"
+            else:
+                return True
+        raise LockError(
+            f"the lock {name} is {master}; that broker is master, and this one "
+            f"({self.holder!r}), started with --lock none, would write beside it: nothing was "
+            f"changed. Stop that broker, or start this one with --no-journal {standby} to be "
+            "its standby."
+        )
 
     def keep_alive(self) -> bool:
         return True

@@ -37,6 +37,21 @@ class LockStatus:
         return f"held by {self.broker_name} for another {left} ms"
 
 
+#: The database clock in epoch ms: the neutral clock to judge a lease written by another host.
+_DATABASE_NOW_MS = sa.text("SELECT (extract(epoch FROM CURRENT_TIMESTAMP) * 1000)::bigint")
+
+#: What :func:`describe_lock` says of a row-lock master.
+ROW_LOCK_MASTER = (
+    "held by a row-lock master (mqstore's --lock row or ActiveMQ's database locker): a "
+    "database session keeps the row locked"
+)
+
+
+def database_now_ms(conn: Connection) -> int:
+    """The database's clock (its transaction start) in epoch ms."""
+    return int(conn.execute(_DATABASE_NOW_MS).scalar_one())
+
+
 def find_lock(conn: Connection, schema: StoreSchema) -> LockStatus | None:
     """Read the lock row (ID=1), or None when it was deleted."""
     row = conn.execute(
@@ -89,9 +104,6 @@ def describe_lock(conn: Connection, schema: StoreSchema) -> tuple[LockStatus, st
         return status, status.describe()
     held = row_lock_held(conn, schema)
     if held:
-        return status, (
-            "held by a row-lock master (mqstore's --lock row or ActiveMQ's database "
-            "locker): a database session keeps the row locked"
-        )
+        return status, ROW_LOCK_MASTER
     unseen = " (a row lock cannot be seen: this role may not lock rows)" if held is None else ""
     return status, status.describe() + unseen
