@@ -159,10 +159,6 @@ def build_store(
     )
 
 
-#: Room for a SEND frame's command and headers beyond the largest message body.
-FRAME_HEADROOM = 1024 * 1024
-
-
 def broker_config(settings: Settings) -> BrokerConfig:
     """The STOMP broker's configuration from the settings."""
     return BrokerConfig(
@@ -178,7 +174,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         ),
         dlq_name=settings.dlq_name,
         individual_dlq=settings.individual_dlq,
-        limits=Limits(max_frame_size=settings.max_message_bytes + FRAME_HEADROOM),
+        limits=Limits.for_messages(settings.max_message_bytes),
         heartbeat_ms=(settings.heartbeat_ms, settings.heartbeat_ms),
         max_connections=settings.max_connections,
         tls=_tls(settings),

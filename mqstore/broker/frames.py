@@ -23,8 +23,17 @@ _UNESCAPE_11 = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
 _UNESCAPE_12 = {**_UNESCAPE_11, "\\r": "\r"}
 
 
+#: Room a SEND frame has for its command and headers beyond the largest message.
+FRAME_HEADROOM = 1024 * 1024
+
+
 class FrameError(Exception):
     """A client sent something that is not a valid STOMP frame; the connection must close."""
+
+
+class TooLargeError(FrameError):
+    """A frame, or the message it carries, is over the broker's size limit; the connection
+    must close. Its text is the whole ERROR message (not a malformed frame)."""
 
 
 @dataclass(slots=True)
@@ -42,11 +51,58 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Inbound frame limits (bytes / counts)."""
+    """Inbound frame limits (bytes / counts).
+
+    ``max_message_bytes`` (None: no limit of the broker's own) is the largest persistent
+    message a SEND may carry, as stored (its OpenWire encoding: body, headers and
+    properties); ``message_setting`` is where it is set, which the ERROR a larger SEND gets
+    names. :meth:`for_messages` makes the frame limit fit such a message.
+    """
 
     max_frame_size: int = 4 * 1024 * 1024
     max_headers: int = 1000
     max_header_length: int = 10 * 1024
+    max_message_bytes: int | None = None
+    message_setting: str = "MQSTORE_MAX_MESSAGE_BYTES"
+
+    @classmethod
+    def for_messages(cls, max_message_bytes: int) -> Limits:
+        """Limits for messages of at most ``max_message_bytes``; frames may be
+        :data:`FRAME_HEADROOM` larger, for their command and headers."""
+        return cls(
+            max_frame_size=max_message_bytes + FRAME_HEADROOM, max_message_bytes=max_message_bytes
+        )
+
+    def frame_too_large(self) -> TooLargeError:
+        """The error for a frame over ``max_frame_size``."""
+        size = self.max_frame_size
+        if self.max_message_bytes is None:
+            return TooLargeError(
+                f"frame too large: it exceeds {size} bytes, the broker's frame limit "
+                "(max_frame_size); send a smaller message"
+            )
+        room = _bytes(size - self.max_message_bytes)
+        return TooLargeError(
+            f"message too large: the frame exceeds {size} bytes, the broker's limit for a "
+            f"message ({self.message_setting}={self.max_message_bytes}, plus {room} for "
+            "headers); send a smaller message or raise the setting"
+        )
+
+    def check_message(self, stored: int, body: int) -> None:
+        """Raise :class:`TooLargeError` if a message of ``stored`` bytes as stored (``body``
+        bytes of them its body) is over ``max_message_bytes``."""
+        limit = self.max_message_bytes
+        if limit is not None and stored > limit:
+            raise TooLargeError(
+                f"message too large: {stored} bytes as stored (body {body} bytes plus "
+                f"headers and properties) exceeds {self.message_setting}={limit}; send a "
+                "smaller message or raise the setting"
+            )
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in words: whole MiB as such."""
+    return f"{n >> 20} MiB" if n > 0 and n % (1 << 20) == 0 else f"{n} bytes"
 
 
 def unescape(value: str, version: str) -> str:
@@ -145,8 +201,7 @@ class FrameParser:
                 if frame.command in ("CONNECT", "STOMP"):
                     return frames
             if len(self._buf) > self.limits.max_frame_size:
-                limit = self.limits.max_frame_size
-                raise FrameError(f"frame larger than the limit of {limit} bytes")
+                raise self.limits.frame_too_large()
         except FrameError as exc:
             if not frames:
                 raise
@@ -172,9 +227,7 @@ class FrameParser:
                 self._scan = len(buf)
                 return None
             if end + 1 > self.limits.max_frame_size:
-                raise FrameError(
-                    f"frame larger than the limit of {self.limits.max_frame_size} bytes"
-                )
+                raise self.limits.frame_too_large()
         body = bytes(buf[body_start:end])
         del buf[: end + 1]
         self._head = None
@@ -217,9 +270,7 @@ class FrameParser:
             digits = length_text.lstrip("0") or "0"
             length = int(digits) if len(digits) <= 18 else self.limits.max_frame_size + 1
             if body_start + length > self.limits.max_frame_size:
-                raise FrameError(
-                    f"frame larger than the limit of {self.limits.max_frame_size} bytes"
-                )
+                raise self.limits.frame_too_large()
         self._scan = body_start
         return command, headers, body_start, length
 
@@ -229,7 +280,7 @@ class FrameParser:
         new = self._scan
         self._scan = len(buf)
         if buf.find(b"\x00", new) != -1:
-            raise FrameError("malformed frame: NUL before the end of the headers")
+            raise FrameError("NUL before the end of the headers")
         last_nl = buf.rfind(b"\n", new)
         if last_nl != -1:
             self._last_nl = last_nl

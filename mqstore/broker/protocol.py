@@ -13,7 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from mqstore.broker.closing import close_after_output
-from mqstore.broker.frames import Frame, FrameError, FrameParser, encode_frame
+from mqstore.broker.frames import Frame, FrameError, FrameParser, TooLargeError, encode_frame
 from mqstore.broker.handler_state import for_client
 from mqstore.broker.handlers import Handlers
 from mqstore.broker.subscriptions import Consumer, Delivery
@@ -256,8 +256,12 @@ class Connection(Handlers):
             while more:
                 try:
                     frames = self.parser.feed(data)
-                except FrameError as exc:
+                except TooLargeError as exc:
                     await self.settle_sends()  # the receipts of the frames before it come first
+                    self.error(str(exc), level=logging.WARNING)
+                    return
+                except FrameError as exc:
+                    await self.settle_sends()
                     self.error(f"malformed frame: {exc}")
                     return
                 for frame in frames:
@@ -265,7 +269,8 @@ class Connection(Handlers):
                         await self.handle(frame)
                     except (ProtocolError, FrameError, MqstoreError) as exc:
                         await self.settle_sends()  # their receipts come before the ERROR
-                        self.error(for_client(exc), frame)
+                        level = logging.WARNING if isinstance(exc, TooLargeError) else logging.INFO
+                        self.error(for_client(exc), frame, level=level)
                         return
                     if self.closing:
                         return
@@ -289,12 +294,15 @@ class Connection(Handlers):
     def _out_full(self, frames: int, size: int) -> bool:
         return (len(self._out) >= frames or self._out_bytes >= size) and not self.closing
 
-    def error(self, message: str, frame: Frame | None = None, detail: str = "") -> None:
-        """Queue an ERROR frame and mark the connection for closing."""
+    def error(
+        self, message: str, frame: Frame | None = None, detail: str = "", level: int = logging.INFO
+    ) -> None:
+        """Queue an ERROR frame and mark the connection for closing; log it at ``level``
+        (WARNING: a refusal an operator may act on, such as a message over the size limit)."""
         headers = [("message", message), ("content-type", "text/plain")]
         if frame is not None and frame.get("receipt") is not None:
             headers.append(("receipt-id", frame.headers["receipt"]))
-        log.info("STOMP error to %s (%s): %s", self.peer, self.login or "-", message)
+        log.log(level, "STOMP error to %s (%s): %s", self.peer, self.login or "-", message)
         body = (detail or message).encode("utf-8")
         self.send_frame(encode_frame("ERROR", headers, body, self.version))
         self._errored = True

@@ -36,6 +36,8 @@ class SendHandlers(HandlerState):
         container = container_of(dest)
         self.sequence += 1
         msg = from_send(frame, container, self.producer, self.sequence)
+        if msg.persistent:  # what the store keeps: a non-persistent one is never stored
+            self.broker.config.limits.check_message(msg.size, len(frame.body))
         tx_id = frame.get("transaction")
         if tx_id is not None:
             tx = self._tx(tx_id)

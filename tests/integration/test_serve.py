@@ -122,6 +122,7 @@ def test_serve_hands_the_broker_settings_to_the_broker(
     [store] = stores
     assert isinstance(store, PostgresStore) and store.cleanup_interval_s == 5
     assert config.limits.max_frame_size > 20 * 1024 * 1024  # a 20 MiB message fits a frame
+    assert config.limits.max_message_bytes == 20 * 1024 * 1024  # refused by name past it
     assert config.users == {"app": "s3cret", "ops": "pw=with=equals"}
     assert config.queue_prefetch == 10 and config.heartbeat_ms == (0, 0)
     assert config.redelivery.maximum_redeliveries == 2
