@@ -241,25 +241,31 @@ def test_stats_describes_journal_damage_in_words(
     assert "Problem(" not in shown.stdout and "corrupt at" in " ".join(shown.stdout.split())
 
 
-def test_stats_shows_its_own_journals_checkpoint_and_knows_another_databases(
-    dsn: str, engine: Engine, tmp_path: Path
-) -> None:
-    """Several journals write their positions to one table (brokers on other prefixes, a
-    forgotten journal): stats shows the row of the journal it was given, and says when the
-    database has none (a journal of another database)."""
+def checkpointed_journal(engine: Engine, journal_dir: Path) -> None:
+    """A journal in ``journal_dir`` whose one message a clean stop checkpointed (its
+    position is then stored in the database)."""
     from journal.store import JournaledStore
     from mqstore.lock import NoLocker
     from mqstore.store import PostgresStore
     from tests.integration.conftest import msg
 
-    journal_dir = tmp_path / "brokers-journal"
     store = JournaledStore(
         PostgresStore(engine, locker=NoLocker(), cleanup_interval_s=0), journal_dir,
         shared_lock=False,
     )  # fmt: skip
     store.start()
     store.add([msg("queue://q", 1)])
-    store.stop()  # its final checkpoint stores its position
+    store.stop()
+
+
+def test_stats_shows_its_own_journals_checkpoint_and_knows_another_databases(
+    dsn: str, engine: Engine, tmp_path: Path
+) -> None:
+    """Several journals write their positions to one table (brokers on other prefixes, a
+    forgotten journal): stats shows the row of the journal it was given, and says when the
+    database has none (a journal of another database)."""
+    journal_dir = tmp_path / "brokers-journal"
+    checkpointed_journal(engine, journal_dir)
     with engine.connect() as conn:
         [ours] = conn.execute(sa.text("SELECT segment, position FROM mqstore_journal")).all()
     with engine.begin() as conn:  # another journal, checkpointed later and further

@@ -15,7 +15,7 @@ from mqstore import migrate
 from mqstore.broker.frames import FrameError
 from mqstore.broker.messages import container_of
 from tests.conftest import load_activemq_fixture
-from tests.integration.test_cli import mqstore
+from tests.integration.test_cli import checkpointed_journal, mqstore
 
 
 def test_journal_inspect_speaks_words_and_points_to_stats_for_the_checkpoint(
@@ -23,19 +23,8 @@ def test_journal_inspect_speaks_words_and_points_to_stats_for_the_checkpoint(
 ) -> None:
     """Checkpoints store their position in the database, not in the journal directory:
     inspect says so (and where to look) instead of a checkpoint that is always empty."""
-    from journal.store import JournaledStore
-    from mqstore.lock import NoLocker
-    from mqstore.store import PostgresStore
-    from tests.integration.conftest import msg
-
     journal_dir = tmp_path / "journal"
-    store = JournaledStore(
-        PostgresStore(engine, locker=NoLocker(), cleanup_interval_s=0), journal_dir,
-        shared_lock=False,
-    )  # fmt: skip
-    store.start()
-    store.add([msg("queue://q", 1)])
-    store.stop()  # its final checkpoint stores its position
+    checkpointed_journal(engine, journal_dir)
     stats = mqstore("stats", "--dsn", dsn, "--journal-dir", str(journal_dir))
     assert "applied to the database up to" in " ".join(stats.stdout.split()), stats.stdout
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from mqstore.store import Ack, PostgresStore, SubscriptionKey
+from mqstore.store import Ack, Store, SubscriptionKey
 from tests.integration.conftest import StoreFactory
 
 T = "topic://prices"
@@ -51,7 +51,8 @@ def _subscribed(engine: Engine, key: SubscriptionKey, priorities: range | tuple[
         )
 
 
-def _pending(store: PostgresStore, key: SubscriptionKey) -> list[int]:
+def _pending(store: Store, key: SubscriptionKey) -> list[int]:
+    """Every pending ID of ``key``, page by page from the start."""
     seen: list[int] = []
     cursor = None
     while rows := store.page_subscription(key, cursor, 2):

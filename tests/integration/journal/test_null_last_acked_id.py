@@ -20,7 +20,7 @@ from journal.store import JournaledStore
 from mqstore.store import Ack, Store, SubscriptionKey
 from tests.integration.conftest import msg
 from tests.integration.journal.conftest import Subject
-from tests.integration.test_store_plain_mode_priorities import _stored
+from tests.integration.test_store_plain_mode_priorities import _pending, _stored
 
 T = "topic://prices"
 A = SubscriptionKey(T, "client-a", "sub-a")
@@ -62,23 +62,13 @@ def _last_acked(subject: Subject, key: SubscriptionKey) -> dict[int, int | None]
         return {int(r[0]): r[1] for r in conn.execute(sql, params)}
 
 
-def _pages(store: Store, key: SubscriptionKey) -> list[int]:
-    """Every pending ID, page by page from the start."""
-    seen: list[int] = []
-    cursor = None
-    while rows := store.page_subscription(key, cursor, 2):
-        seen += [r.id for r in rows]
-        cursor = rows[-1].cursor
-    return seen
-
-
 def _seen(store: Store, key: SubscriptionKey) -> tuple[list[int], int, int, int]:
     """What a subscription is delivered, its pending count, its count in the statistics and
     the LAST_ACKED_ID the store reports for it."""
     sub = store.get_subscription(key)
     assert sub is not None
     counted = store.stats().subscriptions[key]
-    return _pages(store, key), store.pending_count(key), counted, sub.last_acked_id
+    return _pending(store, key), store.pending_count(key), counted, sub.last_acked_id
 
 
 @MODES
@@ -93,10 +83,10 @@ def test_subscription_whose_rows_are_all_null_is_delivered_nothing(
     s.reopen()  # the journaled store reads the rows as they were edited
     [added] = s.store.add([msg(T, 1, priority=4)])
     assert _seen(s.store, A) == ([], 0, 0, -1)
-    assert sorted(_pages(s.store, B)) == [1, 2, 3, 4, 5, added]
+    assert sorted(_pending(s.store, B)) == [1, 2, 3, 4, 5, added]
     s.settle()
     assert _seen(s.store, A) == ([], 0, 0, -1)
-    assert sorted(_pages(s.store, B)) == [1, 2, 3, 4, 5, added]
+    assert sorted(_pending(s.store, B)) == [1, 2, 3, 4, 5, added]
     assert _last_acked(s, A) == dict.fromkeys(priorities)  # still NULL, the rows kept
 
 
