@@ -19,7 +19,7 @@ segment longer than its seal records is cut back to its sealed end (to the start
 record that runs past it, then filled up to it): what was written after the writer moved
 on is not in the log's order; the records cut off are counted lost, by type.
 Zero bytes after the last record are the writer's preallocated space, no damage:
-``Journal.open`` trims them (after a damaged last record, cut off, they are not counted lost).
+``Journal.open`` trims them (after a damaged last record they are not counted lost).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from journal.format import (
     HEADER_SIZE,
     RECORD_PADDING,
     SEAL_FRAME_SIZE,
+    SEGMENT_NAME_RE,
     Position,
     Seal,
     decode_header,
@@ -328,8 +329,8 @@ class _Planner:
 
 def _number(file: str) -> int | None:
     """The segment number of a segment file name, None for another file."""
-    stem = file.split(".", maxsplit=1)[0]
-    return int(stem) if file.endswith(".wal") and stem.isdigit() else None
+    match = SEGMENT_NAME_RE.match(file)
+    return int(match.group(1)) if match else None
 
 
 def _damaged(view: memoryview, offset: int) -> int:
