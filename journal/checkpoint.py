@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from journal.format import Position
 from journal.state import ElidedRow, PendingState, history_copy
 from mqstore.db import LOCK_NOT_AVAILABLE, ByteaArray, sqlstate
+from mqstore.schema import StoreSchema
 from mqstore.store.model import Ack, Outcome, Removal, StoredMessage
 from mqstore.store.postgres import PostgresStore
 
@@ -59,6 +60,17 @@ def read_position(pg: PostgresStore, journal_id: str) -> Position | None:
     j = pg.schema.journal
     query = sa.select(j.c.segment, j.c.position).where(j.c.journal_id == journal_id)
     row = pg.read(lambda conn: conn.execute(query).first())
+    return Position(int(row[0]), int(row[1])) if row else None
+
+
+def stored_position(conn: Connection, schema: StoreSchema, journal_id: str) -> Position | None:
+    """The checkpoint position stored for ``journal_id``, read on ``conn``: None when there
+    is none, or no journal table (a database only ActiveMQ used, not yet adopted)."""
+    if not sa.inspect(conn).has_table(schema.journal.name):
+        return None
+    j = schema.journal.c
+    query = sa.select(j.segment, j.position).where(j.journal_id == journal_id)
+    row = conn.execute(query).first()
     return Position(int(row[0]), int(row[1])) if row else None
 
 

@@ -106,6 +106,7 @@ def stats(
     def body() -> None:
         from rich.text import Text
 
+        from journal.checkpoint import stored_position
         from journal.support import existing_journal_id
         from mqstore.app import open_database
         from mqstore.lock import describe_lock
@@ -131,13 +132,7 @@ def stats(
             with database.engine.connect() as conn:
                 lock, lock_state = describe_lock(conn, schema)
                 schema_warning = _schema_warning(conn, settings.table_prefix)
-                applied = None
-                # A database only ActiveMQ used (not yet adopted) has no journal table.
-                if journal_id and sa.inspect(conn).has_table(schema.journal.name):
-                    jt = schema.journal.c
-                    applied = conn.execute(
-                        sa.select(jt.segment, jt.position).where(jt.journal_id == journal_id)
-                    ).first()
+                applied = stored_position(conn, schema, journal_id) if journal_id else None
         subscriptions = [
             {
                 "topic": k.container,
@@ -152,9 +147,7 @@ def stats(
         if journal is not None:
             journal["journal_id"] = journal_id
             journal["of_this_database"] = applied is not None
-            journal["checkpointed_to"] = (
-                f"{applied.segment}:{applied.position}" if applied else None
-            )
+            journal["checkpointed_to"] = f"{applied.segment}:{applied.offset}" if applied else None
         data = {
             "destinations": figures.destinations,
             "subscriptions": subscriptions,

@@ -150,7 +150,7 @@ def _applied_position(
     (said on stderr) when it cannot be read: repair then counts every damaged record lost."""
     import sqlalchemy as sa
 
-    from journal.format import Position
+    from journal.checkpoint import stored_position
     from journal.support import existing_journal_id
     from mqstore.app import open_database
     from mqstore.schema import build_schema
@@ -160,13 +160,9 @@ def _applied_position(
         return None
     try:
         settings = settings_to_read(dsn, prefix, data_dir)
-        table = build_schema(settings.table_prefix).journal
+        schema = build_schema(settings.table_prefix)
         with open_database(settings) as database, database.engine.connect() as conn:
-            if not sa.inspect(conn).has_table(table.name):
-                return None
-            row = conn.execute(
-                sa.select(table.c.segment, table.c.position).where(table.c.journal_id == journal_id)
-            ).first()
+            return stored_position(conn, schema, journal_id)
     except (MqstoreError, sa.exc.SQLAlchemyError) as exc:
         err_console.print(
             f"[yellow]note:[/yellow] the database's checkpoint position for journal "
@@ -176,7 +172,6 @@ def _applied_position(
             soft_wrap=True,
         )
         return None
-    return Position(int(row[0]), int(row[1])) if row else None
 
 
 def _first_line(exc: BaseException) -> str:
