@@ -439,7 +439,9 @@ def register(app: typer.Typer) -> None:
 
 def main() -> None:
     """Stand-alone entry point (``python -m spark_etl``, ``spark-submit .../submit.py``)."""
-    app = typer.Typer(add_completion=False, no_args_is_help=True, help="mqstore Spark jobs")
+    app = typer.Typer(
+        rich_markup_mode=None, add_completion=False, no_args_is_help=True, help="mqstore Spark jobs"
+    )
     register(app)
     app()
 

@@ -18,6 +18,7 @@ app = typer.Typer(
     help="mqstore: ActiveMQ-compatible message store on PostgreSQL.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 # In this order in --help: the commands, then the groups.
 app.command("serve")(serve.serve)

@@ -20,7 +20,9 @@ from mqstore.errors import ConfigError, SchemaError
 from mqstore.settings import Settings
 
 db_app = typer.Typer(
-    help="Create, migrate, check and adopt the database schema.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Create, migrate, check and adopt the database schema.",
+    no_args_is_help=True,
 )
 
 

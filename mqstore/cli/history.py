@@ -13,6 +13,7 @@ from mqstore.cli.output import console, err_console, run
 from mqstore.errors import ConfigError
 
 history_app = typer.Typer(
+    rich_markup_mode=None,
     help="The message history (MQSTORE_HISTORY): what became of each message.",
     no_args_is_help=True,
 )

@@ -16,7 +16,9 @@ from mqstore.errors import ConfigError, MqstoreError
 if TYPE_CHECKING:
     from journal.format import Position
 
-journal_app = typer.Typer(help="Inspect and repair a local journal.", no_args_is_help=True)
+journal_app = typer.Typer(
+    rich_markup_mode=None, help="Inspect and repair a local journal.", no_args_is_help=True
+)
 
 
 #: A journal directory to read: one that does not exist, or a file, is a usage error.

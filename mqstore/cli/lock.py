@@ -7,7 +7,9 @@ import typer
 from mqstore.cli.options import DataDirOpt, DsnOpt, PrefixOpt, settings_to_read
 from mqstore.cli.output import console, run
 
-lock_app = typer.Typer(help="The master lock on ACTIVEMQ_LOCK.", no_args_is_help=True)
+lock_app = typer.Typer(
+    rich_markup_mode=None, help="The master lock on ACTIVEMQ_LOCK.", no_args_is_help=True
+)
 
 
 @lock_app.command("status")
