@@ -1,8 +1,8 @@
 """mqstore's local write-ahead journal.
 
 The log layer (this package's ``records``, ``format``, ``frames``, ``segments``, ``seals``,
-``scans``, ``resumption``, ``sync_policy``, ``stats``, ``writer``, ``reader``, ``maintenance``
-and ``repair`` modules) stores atomic batches of store operations in CRC-protected
+``scans``, ``resumption``, ``sync_policy``, ``stats``, ``writer``, ``reader``, ``maintenance``,
+``repair`` and its ``repair_*`` modules) stores atomic batches of store operations in CRC-protected
 records inside numbered segment files, with group-commit durability::
 
     with Journal.open(directory, sync_policy="always") as journal:
