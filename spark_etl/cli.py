@@ -56,8 +56,29 @@ Memory = Annotated[
         help="JVM heap of a local run, e.g. 2g, 8g (under spark-submit: its --driver-memory)",
     ),
 ]
-#: A JVM heap size as Spark takes it (``512m``, ``4g``).
-_MEMORY = re.compile(r"[1-9]\d*[kmgt]?", re.IGNORECASE)
+#: A JVM heap size as Spark takes it (``512m``, ``4g``; a bare number is MiB).
+_MEMORY = re.compile(r"([1-9]\d*)([kmgt]?)", re.IGNORECASE)
+_UNIT_MIB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+#: The least heap Spark starts with: 1.5 times its 300 MiB reserve, and some room.
+MIN_DRIVER_MIB = 512
+
+
+def driver_memory(value: str) -> str:
+    """``value`` as a JVM heap size: a bare number means MiB, as ``spark.driver.memory``
+    reads it (the JVM would read ``-Xmx2048`` as 2048 bytes). Raises ValueError, saying what
+    to give, for anything else or a heap too small for Spark to start."""
+    match = _MEMORY.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"invalid --driver-memory {value!r}: give a size such as 2g or 512m")
+    number, unit = match.groups()
+    if int(number) * _UNIT_MIB[unit.lower() or "m"] < MIN_DRIVER_MIB:
+        raise ValueError(
+            f"--driver-memory {value!r} is too small: Spark needs at least "
+            f"{MIN_DRIVER_MIB}m (give a size such as 2g or 512m)"
+        )
+    return f"{number}{unit.lower() or 'm'}"
+
+
 Master = Annotated[
     str | None,
     typer.Option("--master", help="Spark master (default local[*]; unset under spark-submit)"),
@@ -97,8 +118,10 @@ def _session(master: str | None, memory: str = "2g") -> Any:
             f"error: unknown --master {master!r}: give local, local[N], local[*], "
             "spark://HOST:PORT, yarn or k8s://URL (or leave it unset under spark-submit)"
         )
-    if not _MEMORY.fullmatch(memory):
-        raise _fail(f"error: invalid --driver-memory {memory!r}: give a size such as 2g or 512m")
+    try:
+        memory = driver_memory(memory)
+    except ValueError as exc:
+        raise _fail(f"error: {exc}") from None
     from .session import JdbcJarMissingError, build_session
 
     try:

@@ -259,3 +259,18 @@ def test_a_table_prefix_no_broker_can_use_is_named_not_blamed_on_the_connection(
     assert result.exit_code == 1
     [line] = result.output.strip().splitlines()
     assert line.startswith("error: invalid --table-prefix '1 x'")
+
+
+@pytest.mark.parametrize(
+    ("given", "heap"), [("2g", "2g"), ("2048", "2048m"), ("512M", "512m"), ("4194304k", "4194304k")]
+)
+def test_driver_memory_reads_a_bare_number_as_mib_as_spark_does(given: str, heap: str) -> None:
+    assert cli.driver_memory(given) == heap
+
+
+@pytest.mark.parametrize("given", ["1024k", "256m", "100", "0", "2 GB", "2gb", ""])
+def test_a_driver_memory_spark_cannot_start_with_is_refused_saying_what_to_give(
+    given: str,
+) -> None:
+    with pytest.raises(ValueError, match=r"give a size such as 2g or 512m"):
+        cli.driver_memory(given)
