@@ -8,9 +8,10 @@ connection's frames take effect in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mqstore.broker.closing import close_after_output
 from mqstore.broker.frames import Frame, FrameError, FrameParser, TooLargeError, encode_frame
@@ -155,8 +156,18 @@ class Connection(Handlers):
     def stop_reading(self) -> None:
         """Take no more frames (broker shutdown); work in flight still completes."""
         self.closing = True
-        self.reader.feed_eof()
+        self._end_of_input()
         self._room_event.set()
+
+    def _end_of_input(self) -> None:
+        """Wake the read loop with end-of-input, the socket's reading paused first: bytes a
+        client still sends would otherwise reach a reader told it has them all (asyncio's
+        "feed_data after feed_eof", a transport torn down with an error)."""
+        transport = cast(asyncio.Transport, self.writer.transport)  # a socket: it reads too
+        with contextlib.suppress(RuntimeError, AttributeError):
+            if not transport.is_closing() and transport.is_reading():
+                transport.pause_reading()
+        self.reader.feed_eof()
 
     def wake_writer(self) -> None:
         """Make the write loop look again at its heart-beat interval (after CONNECT)."""
@@ -170,7 +181,7 @@ class Connection(Handlers):
                     if self._finished:
                         return
                     if self.closing:
-                        self.reader.feed_eof()  # wake the read loop
+                        self._end_of_input()  # wake the read loop
                     self._out_event.clear()
                     interval = self.send_interval
                     idle = loop.time() - self._last_write
