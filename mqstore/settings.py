@@ -217,6 +217,22 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("dlq_name")
+    @classmethod
+    def _check_dlq_name(cls, value: str) -> str:
+        """A queue's own name, as ActiveMQ's ``deadLetterQueue`` takes it: a STOMP
+        destination (``/queue/X``) or a stored one (``queue://X``) would name another queue."""
+        for form in ("/queue/", "/topic/", "queue://", "topic://", "/"):
+            if value.startswith(form):
+                bare = value.removeprefix(form) or "ActiveMQ.DLQ"
+                raise ValueError(
+                    f"the dead-letter queue is set by its name alone, without {form!r}: "
+                    f"give e.g. {bare} (clients consume it from /queue/{bare})"
+                )
+        if not value.strip() or value != value.strip():
+            raise ValueError("the dead-letter queue's name is empty or has spaces around it")
+        return value
+
     @field_validator("journal_sync")
     @classmethod
     def _check_sync(cls, value: str) -> str:
@@ -283,6 +299,11 @@ def misspelt_variables(environ: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
+def _reason(message: str) -> str:
+    """A validator's own sentence without pydantic's ``Value error,`` in front of it."""
+    return message.removeprefix("Value error, ")
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment plus explicit overrides (``None`` means not given).
     A variable that looks like a misspelt setting is logged as a warning: it is ignored."""
@@ -297,7 +318,7 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = "; ".join(
-            f"{_source(err['loc'], given)}: {err['msg']}" if err["loc"] else err["msg"]
+            f"{_source(err['loc'], given)}: {_reason(err['msg'])}" if err["loc"] else err["msg"]
             for err in exc.errors()  # one about two settings names them itself
         )
         raise ConfigError(f"invalid configuration: {problems}") from None

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.integration.test_cli import mqstore
 from tests.integration.test_embedded import Workdir, _env, _error_lines, work
 
@@ -39,3 +41,17 @@ def test_a_renewal_not_shorter_than_the_lease_names_the_variables(dsn: str) -> N
     [line] = _error_lines(result.stderr)
     assert "MQSTORE_RENEW_MS (20000) must be shorter than MQSTORE_LEASE_MS (10000)" in line
     assert "settings:" not in line, line
+
+
+@pytest.mark.parametrize("given", ["/queue/MyDLQ", "queue://MyDLQ"])
+def test_a_dead_letter_queue_given_as_a_destination_is_refused_naming_its_name(
+    dsn: str, given: str
+) -> None:
+    """MQSTORE_DLQ_NAME is the queue's name, as ActiveMQ's deadLetterQueue takes it; given
+    as a destination it would dead-letter into a queue no client subscribes to."""
+    env = {**os.environ, "MQSTORE_DLQ_NAME": given}
+    result = mqstore("serve", "--dsn", dsn, "--no-journal", "--stomp", "127.0.0.1:0", env=env)
+    assert result.returncode == 2, result.stderr
+    [line] = _error_lines(result.stderr)
+    assert line.startswith("error: invalid configuration: MQSTORE_DLQ_NAME: the dead-letter")
+    assert "give e.g. MyDLQ" in line and "Value error" not in line
