@@ -102,7 +102,8 @@ def test_a_bad_environment_variable_is_named_and_an_empty_one_is_unset(
     bad = mqstore("stats", "--dsn", dsn, env={**env, "MQSTORE_LEASE_MS": "ten"})
     _one_line_error(bad, "MQSTORE_LEASE_MS: Input should be a valid integer")
     flag = mqstore("stats", "--dsn", dsn, "--table-prefix", "a b", env=env)
-    _one_line_error(flag, "table_prefix: table prefix must start with a letter")  # the flag's, not the environment's
+    # the flag's, not the environment's
+    _one_line_error(flag, "table_prefix: table prefix must start with a letter")
     assert "MQSTORE_" not in flag.stderr
     data_dir = tmp_path / "mqstore-data"
     empty = mqstore("stats", "--data-dir", str(data_dir), env={**env, "MQSTORE_DSN": ""})
