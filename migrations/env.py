@@ -4,8 +4,10 @@ The DSN comes from (in order) a connection handed in by the caller
 (``config.attributes["connection"]``, Alembic's shared-connection recipe), ``-x dsn=...``,
 ``MQSTORE_DSN``, or ``sqlalchemy.url``. The table prefix from ``config.attributes``,
 ``-x prefix=...`` or ``MQSTORE_TABLE_PREFIX``. ``alembic downgrade`` refuses while a broker
-holds the lock row or the master lease; ``-x force=true`` goes ahead under a stale lease
-(never under a held row lock). Each prefix has its own version table
+holds the lock row or the master lease; ``-x force=true`` goes ahead under a lease whose
+holder is gone (as ``mqstore db downgrade --force``: no guard session of it connected, and
+no renewal while watched for ``-x renew_ms=`` or ``MQSTORE_RENEW_MS``, default 5000, plus a
+second), never under a held row lock. Each prefix has its own version table
 (``<prefix>mqstore_version``), so several brokers' tables can live in one schema; an
 ``alembic upgrade`` that makes a prefix's first tables beside another's says so on stderr.
 PostgreSQL's refusals a user can fix (no rights, a read-only database) end a run with the one
@@ -82,11 +84,26 @@ def _alembic_command() -> str:
     return str(getattr(cmd[0], "__name__", "")) if cmd else ""
 
 
+def _renew_ms() -> int:
+    """The brokers' lease renewal period a forced downgrade watches the lease for."""
+    from mqstore.migrate import DEFAULT_RENEW_MS
+
+    given = _x.get("renew_ms") or os.environ.get("MQSTORE_RENEW_MS") or str(DEFAULT_RENEW_MS)
+    if not given.isdigit() or int(given) == 0:
+        sys.exit(f"the lease renewal period must be a whole number of ms, not {given!r}")
+    return int(given)
+
+
 def _refuse_downgrade(connection: Connection, prefix: str) -> None:
     from mqstore.migrate import refuse_downgrade
 
     forced = _x.get("force", "").lower() in ("1", "true", "yes")
-    refuse_downgrade(connection, prefix, lease_override=None if forced else "-x force=true")
+    renew_ms = _renew_ms() if forced else 0
+    said = refuse_downgrade(
+        connection, prefix, override="-x force=true", forced=forced, renew_ms=renew_ms
+    )
+    if said is not None:
+        print(said, file=sys.stderr)
 
 
 def _note_new_prefix(connection: Connection, prefix: str, beside: list[str]) -> None:

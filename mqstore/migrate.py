@@ -3,7 +3,7 @@ database whose tables a real ActiveMQ broker created."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,16 +23,22 @@ from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionErr
 from mqstore.lock.status import describe_lock, find_lock
 from mqstore.migration_guards import (
     BROKER_PRIVILEGES,
+    RENEWAL_SLACK_MS,
     database_errors,
     lock_migrations,
     refuse_live_lease,
     refuse_row_locked,
     require_privileges,
+    watch_lease,
 )
 from mqstore.schema import StoreSchema, build_schema, table_name
 
 #: The revision whose DDL equals ActiveMQ 5.17's tables (plus mqstore's corrections).
 BASELINE_REVISION = "0001"
+
+#: The lease renewal period brokers use unless told otherwise (``MQSTORE_RENEW_MS``, the
+#: default of :attr:`mqstore.settings.Settings.renew_ms`, which imports more than the store may).
+DEFAULT_RENEW_MS = 5000
 
 
 def migrations_dir() -> Path:
@@ -123,6 +129,31 @@ def restore_lock_row(conn: Connection, schema: StoreSchema) -> bool:
     return True
 
 
+def own_tables(conn: Connection, prefix: str = "") -> list[str]:
+    """mqstore's own tables of ``prefix`` (the journal's and the history's) that exist
+    beside its ACTIVEMQ_MSGS (none without it: a table another tool named so): ActiveMQ
+    never makes them, so with no revision recorded the version table was lost."""
+    schema = build_schema(prefix)
+    tables = _existing_tables(conn)
+    if schema.msgs.name not in tables:
+        return []
+    return [t.name for t in (schema.journal, schema.history) if t.name in tables]
+
+
+def lost_version_error(conn: Connection, prefix: str = "") -> str | None:
+    """What to do when mqstore's own tables of ``prefix`` are there but no revision is
+    recorded (the version table dropped or emptied), or None when that is not so."""
+    own = own_tables(conn, prefix)
+    if not own or current_revision(conn, prefix) is not None:
+        return None
+    version_table = build_schema(prefix).version_table
+    return (
+        f"mqstore's own tables ({', '.join(own)}, prefix {prefix!r}) are there but "
+        f"{version_table} records no revision (it was dropped or emptied): run `mqstore db "
+        "adopt` to record the revision the tables match, keeping every row"
+    )
+
+
 def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
     """Raise when tables of ``prefix`` exist but the database is at no mqstore revision
     (never migrated, or downgraded to base since): creating them again would fail."""
@@ -130,6 +161,9 @@ def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
     tables = _existing_tables(conn)
     if schema.version_table in tables and current_revision(conn, prefix) is not None:
         return
+    lost = lost_version_error(conn, prefix)
+    if lost is not None:
+        raise SchemaError(f"{lost}; nothing was changed")
     if schema.msgs.name in tables:
         raise SchemaError(
             f"table {schema.msgs.name} exists but mqstore never migrated this database "
@@ -149,10 +183,17 @@ def refuse_unmanaged_tables(conn: Connection, prefix: str = "") -> None:
 
 
 def downgrade(
-    engine: Engine, prefix: str = "", revision: str = "base", *, force: bool = False
+    engine: Engine,
+    prefix: str = "",
+    revision: str = "base",
+    *,
+    force: bool = False,
+    renew_ms: int = DEFAULT_RENEW_MS,
+    note: Callable[[str], None] | None = None,
 ) -> tuple[str | None, str | None]:
     """Migrate down to ``revision`` (``base`` drops every mqstore and ActiveMQ table);
-    ``force`` goes ahead under a live master lease (never under a held row lock). Returns
+    ``force`` goes ahead under a live master lease only when its holder is gone (never under
+    a held row lock, see :func:`refuse_downgrade`); ``note`` is told when it did. Returns
     the revisions before and after: equal when the database was at ``revision`` already."""
     with (
         database_errors("downgrade"),
@@ -160,31 +201,43 @@ def downgrade(
         _revision_errors(conn, prefix, revision),
     ):
         lock_migrations(conn, prefix)
-        refuse_downgrade(conn, prefix, lease_override=None if force else "--force")
+        said = refuse_downgrade(conn, prefix, forced=force, renew_ms=renew_ms)
+        if said is not None and note is not None:
+            note(said)
         before = current_revision(conn, prefix)
         command.downgrade(alembic_config(prefix, conn), revision)
         return before, current_revision(conn, prefix)
 
 
 def refuse_downgrade(
-    conn: Connection, prefix: str = "", *, lease_override: str | None = "--force"
-) -> None:
+    conn: Connection,
+    prefix: str = "",
+    *,
+    override: str = "--force",
+    forced: bool = False,
+    renew_ms: int = DEFAULT_RENEW_MS,
+) -> str | None:
     """Raise when there is nothing to downgrade (alembic would make an empty version table)
     or a live broker holds the lock row in an open transaction (mqstore's ``--lock row``,
     ActiveMQ's default locker): dropping its tables would either pull them from under it or
     wait for it forever while blocking its every query. Also raise while a broker holds the
-    master lease (``--lock lease``), unless ``lease_override`` (the option that skips this
-    check, named in the error) is None. Otherwise keep the row locked until the downgrade
-    commits, so no broker starts or renews meanwhile."""
+    master lease (``--lock lease``) or the guard session of the lease's holder is connected.
+
+    ``forced`` (the option ``override``, named in the errors) goes ahead under a live lease
+    whose holder is gone: no guard session of it is connected (an mqstore broker keeps one
+    while it holds the lease), and the lease is not renewed while watched for ``renew_ms``
+    (the brokers' renewal period) plus :data:`RENEWAL_SLACK_MS`; the line saying so is
+    returned. Otherwise keep the row locked until the downgrade commits, so no broker starts
+    or renews meanwhile."""
     if current_revision(conn, prefix) is None:
         where = conn.execute(sa.text("SELECT current_schema()")).scalar()
         raise SchemaVersionError(
             f"nothing to downgrade: there is no mqstore schema for prefix {prefix!r} in "
             f"schema {where}; check --table-prefix (and the DSN's search_path)"
         )
+    gone = watch_lease(conn.engine, prefix, renew_ms + RENEWAL_SLACK_MS) if forced else None
     refuse_row_locked(conn, prefix)
-    if lease_override is not None:
-        refuse_live_lease(conn, prefix, override=lease_override)
+    return refuse_live_lease(conn, prefix, override=override, gone=gone)
 
 
 def known_revisions() -> list[str]:
@@ -232,6 +285,9 @@ def require_head(conn: Connection, prefix: str = "") -> None:
         return
     if current is None:
         where = conn.execute(sa.text("SELECT current_schema()")).scalar()
+        lost = lost_version_error(conn, prefix)
+        if lost is not None:
+            raise SchemaVersionError(f"database has no mqstore revision in schema {where}: {lost}")
         msgs = build_schema(prefix).msgs.name
         if msgs in _existing_tables(conn):  # `db upgrade` refuses these: it says adopt
             raise SchemaVersionError(
@@ -309,6 +365,10 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
     the baseline revision, then upgrades to head. All in one transaction: on any refusal
     nothing changes. Refuses while a live broker holds the lock row or its lease (its tables
     would change under it), and keeps the row locked so none starts meanwhile.
+
+    Tables mqstore made whose version table was lost (dropped or emptied; mqstore's own
+    tables tell them apart) get the revision they match recorded instead, changing no row
+    (:func:`_record_lost_revision`).
     """
     schema = build_schema(prefix)
     report = AdoptReport()
@@ -320,6 +380,11 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
                 f"this database is already managed by mqstore (prefix {prefix!r}); "
                 "use `mqstore db check` or `mqstore db upgrade`"
             )
+        own = own_tables(conn, prefix)
+        if own:
+            _record_lost_revision(conn, prefix, own, report)
+            _count_rows(conn, schema, report)
+            return report
         present = [t for t in schema.activemq_tables if t in tables]
         if not present:
             where = conn.execute(sa.text("SELECT current_schema()")).scalar()
@@ -356,10 +421,59 @@ def adopt(engine: Engine, prefix: str = "") -> AdoptReport:
             )
         adoption.warn_selectors(conn, schema, report)
         adoption.note_priorities(conn, schema, report)
-        for table in (schema.msgs, schema.acks, schema.lock):
-            count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
-            report.rows[table.name] = int(count)
+        _count_rows(conn, schema, report)
     return report
+
+
+def _count_rows(conn: Connection, schema: StoreSchema, report: AdoptReport) -> None:
+    for table in (schema.msgs, schema.acks, schema.lock):
+        count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+        report.rows[table.name] = int(count)
+
+
+def _record_lost_revision(
+    conn: Connection, prefix: str, own: list[str], report: AdoptReport
+) -> None:
+    """mqstore made these tables (``own`` are its own) but their revision is not recorded:
+    record the newest revision they match, trying each from head down (stamp it, upgrade
+    to head, compare with the declared schema; each try in a savepoint rolled back unless
+    it matched). Raise, naming every difference from head, when none matches. Refuses
+    while a live broker holds the lock row or its lease, as an adoption does."""
+    refuse_row_locked(conn, prefix)
+    refuse_live_lease(conn, prefix, override=None)
+    schema, head = build_schema(prefix), head_revision()
+    if restore_lock_row(conn, schema):
+        report.actions.append(f"inserted the lock row into {schema.lock.name}")
+    head_drift: list[str] = []
+    for revision in reversed(known_revisions()):
+        attempt = conn.begin_nested()
+        try:
+            command.stamp(alembic_config(prefix, conn), revision)
+            command.upgrade(alembic_config(prefix, conn), "head")
+            drift = schema_differences(conn, prefix)
+        except (sa.exc.DBAPIError, SchemaError, CommandError):
+            attempt.rollback()  # its migrations cannot run on these tables: not that one
+            continue
+        if drift:
+            head_drift = head_drift or (drift if revision == head else [])
+            attempt.rollback()
+            continue
+        attempt.commit()
+        upgraded = f", then upgraded them to {head}" if revision != head else ""
+        report.actions.append(
+            f"{schema.version_table} recorded no revision, but mqstore's own tables "
+            f"({', '.join(own)}) are there and the tables match revision {revision}: "
+            f"recorded revision {revision}{upgraded}; every row kept"
+        )
+        return
+    differences = "; ".join(head_drift) or "its migrations cannot run on them"
+    raise SchemaError(
+        f"mqstore's own tables ({', '.join(own)}) are there but {schema.version_table} "
+        f"records no revision, and the tables match none this mqstore ships (against head "
+        f"{head}: {differences}), nothing was changed: make the tables match revision "
+        f"{head} (or use the mqstore that made them, if it is newer), then run `mqstore db "
+        "adopt` again"
+    )
 
 
 __all__ = [
@@ -375,9 +489,11 @@ __all__ = [
     "downgrade",
     "head_revision",
     "known_revisions",
+    "lost_version_error",
     "migrations_dir",
     "new_prefix_note",
     "newer_schema_error",
+    "own_tables",
     "prefixes_beside",
     "refuse_downgrade",
     "refuse_unmanaged_tables",

@@ -4,16 +4,19 @@ line."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
 from mqstore.errors import SchemaError
-from mqstore.lock.status import read_lock
-from mqstore.schema import build_schema, version_table_name
+from mqstore.lock.lease import LeaseLocker
+from mqstore.lock.standby import GuardWatch
+from mqstore.lock.status import LockStatus, find_lock
+from mqstore.schema import StoreSchema, build_schema, version_table_name
 
 
 def lock_migrations(conn: Connection, prefix: str = "") -> None:
@@ -81,23 +84,94 @@ def refuse_row_locked(conn: Connection, prefix: str = "") -> None:
         ) from None
 
 
-def refuse_live_lease(conn: Connection, prefix: str, *, override: str | None) -> None:
-    """Raise when a broker holds the master lease on the lock row (mqstore's ``--lock
-    lease``, ActiveMQ's lease locker), which takes no database lock a migration could see;
-    ``override`` names the option that goes ahead when that broker is gone and its lease
-    merely stale (None: there is none, the lease runs out)."""
-    schema = build_schema(prefix)
+#: How much longer than its renewal period a live holder may take to renew its lease.
+RENEWAL_SLACK_MS = 1000
+
+#: How often :func:`watch_lease` reads the lock row.
+_WATCH_POLL_S = 0.1
+
+
+def _held_lease(conn: Connection, schema: StoreSchema) -> LockStatus | None:
+    """The lock row when it names a holder, else None (no lock table, no row, free)."""
     if schema.lock.name not in set(sa.inspect(conn).get_table_names()):
-        return
-    if conn.execute(sa.select(schema.lock.c.id).where(schema.lock.c.id == 1)).first() is None:
-        return
-    status = read_lock(conn, schema)
-    if status.live():
-        stale = f"pass {override}" if override else "run it again once the lease has run out"
+        return None
+    status = find_lock(conn, schema)
+    return status if status is not None and status.broker_name is not None else None
+
+
+def _refuse_connected_guard(conn: Connection, schema: StoreSchema, status: LockStatus) -> None:
+    """Raise while the guard session of the row's holder is open: an mqstore broker keeps
+    one connected for as long as it holds the lease, so it is running, whatever the lease's
+    time says. Read in a transaction of its own: ``pg_stat_activity`` is read once per
+    transaction."""
+    holder = str(status.broker_name)
+    name = LeaseLocker(conn.engine, schema, holder).guard_name(holder)
+    if GuardWatch(conn.engine).see(conn, name).alive:
         raise SchemaError(
-            f"{schema.lock.name} is {status.describe()}, nothing was changed: stop that broker "
-            f"first (or {stale} if it is gone and its lease is stale)"
+            f"{schema.lock.name} is {status.describe()} and the guard session of broker "
+            f"{holder} is connected (application_name {name} in pg_stat_activity): that "
+            "broker is running, nothing was changed: stop it first (--force goes ahead only "
+            "once its holder is gone)"
         )
+
+
+def watch_lease(engine: Engine, prefix: str, watch_ms: int) -> LockStatus | None:
+    """For ``--force``: the live lease on the lock row, once watched for ``watch_ms`` from a
+    session of its own without its holder renewing it or its guard session connecting;
+    None when no lease is live. Raise while the holder's guard session (an mqstore broker's)
+    is connected, or when the row changes meanwhile (a renewal: its holder is running).
+    Run before the row is locked, which would hold a renewal back."""
+    schema = build_schema(prefix)
+    with engine.connect() as watch:
+        first = _held_lease(watch, schema)
+        watch.rollback()
+        if first is None or not first.live():
+            return None
+        deadline = time.monotonic() + watch_ms / 1000
+        while True:
+            _refuse_connected_guard(watch, schema, first)
+            seen = _held_lease(watch, schema)
+            watch.rollback()
+            if seen != first:
+                now = "free" if seen is None else seen.describe()
+                raise SchemaError(
+                    f"{schema.lock.name} was {first.describe()} and changed within "
+                    f"{watch_ms} ms (now {now}): its holder renewed it or another broker "
+                    "took it, so a broker is running, nothing was changed: stop it first"
+                )
+            if time.monotonic() >= deadline:
+                return first
+            time.sleep(_WATCH_POLL_S)
+
+
+def refuse_live_lease(
+    conn: Connection, prefix: str, *, override: str | None, gone: LockStatus | None = None
+) -> str | None:
+    """Raise when a broker holds the master lease on the lock row (mqstore's ``--lock
+    lease``, ActiveMQ's lease locker), which takes no database lock a migration could see,
+    or while the guard session of the row's holder is connected (an mqstore broker, even
+    with a lapsed lease). ``override`` names the option that goes ahead when that broker is
+    gone and its lease merely stale (None: there is none, the lease runs out); ``gone`` is
+    the lease :func:`watch_lease` judged left by a broker that is gone: only that very
+    lease (same holder, same time) goes ahead, and the line saying so is returned."""
+    schema = build_schema(prefix)
+    status = _held_lease(conn, schema)
+    if status is None:
+        return None
+    _refuse_connected_guard(conn, schema, status)
+    if not status.live():
+        return None
+    if gone is not None and gone == status:
+        return (
+            f"{schema.lock.name} is {status.describe()}, but {status.broker_name} did not "
+            "renew it while watched and has no guard session connected: taken as left by a "
+            f"broker that is gone ({override or 'forced'})"
+        )
+    stale = f"pass {override}" if override else "run it again once the lease has run out"
+    raise SchemaError(
+        f"{schema.lock.name} is {status.describe()}, nothing was changed: stop that broker "
+        f"first (or {stale} if it is gone and its lease is stale)"
+    )
 
 
 #: SQLSTATEs a user causes with the DSN (its role, search_path, server), and what to do.

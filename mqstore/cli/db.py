@@ -106,7 +106,13 @@ def db_downgrade(
         bool, typer.Option("--yes", help="confirm: a downgrade drops tables and their rows")
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="even while a broker holds the master lease")
+        bool,
+        typer.Option(
+            "--force",
+            help="go ahead under a lease whose holder is gone: its guard session is not "
+            "connected and it renews nothing while watched for MQSTORE_RENEW_MS plus a "
+            "second (never while a broker runs, never under a held row lock)",
+        ),
     ] = False,
 ) -> None:
     """Migrate down to REVISION (`base` drops the tables and every message in them)."""
@@ -122,7 +128,12 @@ def db_downgrade(
         settings = settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
             before, after = migrate.downgrade(
-                database.engine, settings.table_prefix, revision, force=force
+                database.engine,
+                settings.table_prefix,
+                revision,
+                force=force,
+                renew_ms=settings.renew_ms,
+                note=lambda line: err_console.print(line, highlight=False, soft_wrap=True),
             )
         if before == after:
             console.print(
