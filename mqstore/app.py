@@ -26,10 +26,11 @@ from mqstore.errors import (
     DatabaseUnavailableError,
     JournalFailedError,
     LockLostError,
+    SchemaError,
 )
 from mqstore.journal_claim import claim_journal
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
-from mqstore.schema import build_schema
+from mqstore.schema import StoreSchema, build_schema
 from mqstore.settings import Settings
 from mqstore.store import PostgresStore, Store
 
@@ -67,8 +68,48 @@ def open_database(settings: Settings) -> Iterator[Database]:
     try:
         db.check_connection(engine)
         yield database
+    except sa.exc.DBAPIError as exc:
+        refusal = _schema_refusal(engine, settings.table_prefix, exc)
+        if refusal is None:
+            raise
+        raise refusal from None
     finally:
         database.close()
+
+
+def _schema_refusal(engine: Engine, prefix: str, exc: sa.exc.DBAPIError) -> SchemaError | None:
+    """For a statement naming a table or column the database lacks while some of the
+    prefix's tables are there: the one line that says the schema differs. None for other
+    errors, and when none of them is there (what to do then says the CLI's own line)."""
+    detail = db.undefined_object(exc)
+    if detail is None:
+        return None
+    schema = build_schema(prefix)
+    names = [table.name for table in _tables(schema)]
+    try:
+        with engine.connect() as conn:
+            present = db.existing_tables(conn, [*names, schema.version_table])
+    except sa.exc.DBAPIError:  # the database went away meanwhile: its error is the one to say
+        return None
+    return db.schema_differs(detail) if present else None
+
+
+def _tables(schema: StoreSchema) -> tuple[sa.Table, ...]:
+    """The prefix's tables, as `mqstore db check` compares them."""
+    return (schema.msgs, schema.acks, schema.lock, schema.journal, schema.history)
+
+
+def require_schema(engine: Engine, prefix: str) -> None:
+    """Refuse, before anything is written, a database not at this mqstore's revision or
+    lacking a table or column the broker uses (what `mqstore db check` would list first)."""
+    from mqstore import migrate
+
+    with engine.connect() as conn:
+        migrate.require_head(conn, prefix)
+        schema = build_schema(prefix)
+        missing = db.missing_columns(conn, _tables(schema))
+    if missing:
+        raise db.schema_differs("; ".join(missing))
 
 
 def check_lock_settings(settings: Settings) -> None:
@@ -267,6 +308,7 @@ def _serve_claimed(settings: Settings, config: BrokerConfig, host: str, port: in
 
             migrate.upgrade(database.engine, settings.table_prefix)
         require_writable(database.engine)
+        require_schema(database.engine, settings.table_prefix)
         stop = threading.Event()
         deposed = threading.Event()
         for sig in stop_signals():

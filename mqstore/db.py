@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import psycopg
@@ -11,7 +11,7 @@ from psycopg.types.array import ListBinaryDumper
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
-from mqstore.errors import ConfigError, DatabaseUnavailableError
+from mqstore.errors import ConfigError, DatabaseUnavailableError, SchemaError
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 T = TypeVar("T")
@@ -131,6 +131,66 @@ LOCK_NOT_AVAILABLE = "55P03"
 def sqlstate(exc: DBAPIError) -> str:
     """PostgreSQL's SQLSTATE of a driver error ("" when it carries none)."""
     return str(getattr(exc.orig, "sqlstate", None) or "")
+
+
+#: SQLSTATEs of a statement naming a column (42703) or table (42P01) the database lacks.
+UNDEFINED_OBJECT_STATES = ("42703", "42P01")
+
+
+def schema_differs(detail: str) -> SchemaError:
+    """The one-line refusal of a database whose tables are not what mqstore needs;
+    ``detail`` says what is missing."""
+    return SchemaError(
+        f"the database schema differs from what mqstore expects ({detail}): run "
+        "`mqstore db check` to see the differences"
+    )
+
+
+def undefined_object(exc: DBAPIError) -> str | None:
+    """PostgreSQL's first line for a statement naming a column or table the database lacks
+    (``column activemq_lock.broker_name does not exist``), else None."""
+    if sqlstate(exc) not in UNDEFINED_OBJECT_STATES:
+        return None
+    lines = str(exc.orig).splitlines()
+    return lines[0] if lines else type(exc.orig).__name__
+
+
+def existing_tables(conn: Connection, names: Iterable[str]) -> list[str]:
+    """Which of ``names`` the session's unqualified statements find (its search_path)."""
+    return list(
+        conn.execute(
+            sa.text(
+                "SELECT n FROM unnest(CAST(:names AS text[])) AS n "
+                "WHERE to_regclass(quote_ident(n)) IS NOT NULL"
+            ),
+            {"names": list(names)},
+        ).scalars()
+    )
+
+
+def missing_columns(conn: Connection, tables: Iterable[sa.Table]) -> list[str]:
+    """The tables and columns the session's statements would not find, as
+    ``table X is missing`` and ``X.C is missing`` (one catalogue query)."""
+    wanted = {table.name: [column.name for column in table.columns] for table in tables}
+    rows = conn.execute(
+        sa.text(
+            "SELECT n, to_regclass(quote_ident(n)) IS NOT NULL, "
+            "coalesce(array_agg(a.attname::text) FILTER (WHERE a.attname IS NOT NULL), '{}') "
+            "FROM unnest(CAST(:names AS text[])) AS n "
+            "LEFT JOIN pg_attribute AS a ON a.attrelid = to_regclass(quote_ident(n)) "
+            "AND a.attnum > 0 AND NOT a.attisdropped GROUP BY n"
+        ),
+        {"names": list(wanted)},
+    ).all()
+    found = {name: (exists, set(columns)) for name, exists, columns in rows}
+    missing: list[str] = []
+    for name, columns in wanted.items():
+        exists, present = found[name]
+        if not exists:
+            missing.append(f"table {name} is missing")
+            continue
+        missing.extend(f"{name}.{column} is missing" for column in columns if column not in present)
+    return missing
 
 
 #: Refusals of one statement, not of the connection (it stays usable), by SQLSTATE: what
