@@ -107,13 +107,24 @@ class StoreSessions(IdSequence):
                 driver_refusals(self.engine, "nothing of this operation was committed"),
                 self.engine.begin() as conn,
             ):
-                self.locker.fence(conn)
+                # A lock a database session holds (the row lock) is fenced first: a standby's
+                # FOR UPDATE, once that session ends, waits for the writes past the fence. A
+                # lease is fenced last, just before the COMMIT, so the row is held for share
+                # only from there and the master's own renewals never queue behind a
+                # transaction waiting on the database (a table another session locked, a slow
+                # disk); a takeover meanwhile fails the fence and everything rolls back.
+                session_lock = self.locker.fence_session is not None
+                if session_lock:
+                    self.locker.fence(conn)
                 yield conn
+                if not session_lock:
+                    self.locker.fence(conn)
                 # The lease may have run out (and been taken) while this transaction ran:
                 # then roll back rather than commit beside the new master.
                 self.check_writable()
                 committing = True
         except IntegrityError as exc:
+            self.check_writable()  # deposed meanwhile: a new master's rows, not a bad write
             mapped = self._write_failed(exc)
             if mapped is exc:
                 raise
