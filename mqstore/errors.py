@@ -18,6 +18,11 @@ class DatabaseUnavailableError(MqstoreError):
     """The database cannot be reached, or went away mid-operation."""
 
 
+class CommitOutcomeUnknownError(DatabaseUnavailableError):
+    """The connection ended while a COMMIT was under way: the write may or may not have
+    been committed."""
+
+
 class SchemaError(MqstoreError):
     """The database schema is missing, behind, ahead of, or different from what mqstore expects."""
 

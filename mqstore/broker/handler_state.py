@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 from mqstore.broker.frames import Frame, FrameParser
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.transactions import Transaction
-from mqstore.errors import DatabaseUnavailableError, JournalUnavailableError, LockError
+from mqstore.errors import (
+    CommitOutcomeUnknownError,
+    DatabaseUnavailableError,
+    JournalUnavailableError,
+    LockError,
+)
 from mqstore.openwire import ProducerId
 
 if TYPE_CHECKING:
@@ -77,6 +82,12 @@ def for_client(exc: BaseException) -> str:
     """What an ERROR frame says about ``exc``: the store's own trouble (its database away,
     the master lock lost, its journal) in words for a client, with no server names (those
     are logged)."""
+    if isinstance(exc, CommitOutcomeUnknownError):
+        log.warning("store unavailable: %s", exc)
+        return (
+            "the broker's store lost its database while committing this frame: it may or may "
+            "not have been done; check before you send it again"
+        )
     if isinstance(exc, DatabaseUnavailableError):
         log.warning("store unavailable: %s", exc)
         return "the broker's store is unavailable; nothing of this frame was done, try again later"

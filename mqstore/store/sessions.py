@@ -15,6 +15,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from mqstore.db import describe_connect_error, sqlstate
 from mqstore.errors import (
+    CommitOutcomeUnknownError,
     DatabaseUnavailableError,
     DuplicateMessageError,
     InvalidMessageError,
@@ -131,7 +132,8 @@ class StoreSessions(IdSequence):
             raise mapped from None
         except OperationalError as exc:
             unknown = committing and exc.connection_invalidated
-            raise DatabaseUnavailableError(
+            error = CommitOutcomeUnknownError if unknown else DatabaseUnavailableError
+            raise error(
                 describe_connect_error(exc, self.engine.url)
                 + (
                     "; the connection ended during the COMMIT: this operation may or may not "

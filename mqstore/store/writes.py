@@ -13,7 +13,11 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from mqstore.db import LOCK_NOT_AVAILABLE, ByteaArray, describe_connect_error, sqlstate
-from mqstore.errors import DatabaseUnavailableError, MessageNotFoundError
+from mqstore.errors import (
+    CommitOutcomeUnknownError,
+    DatabaseUnavailableError,
+    MessageNotFoundError,
+)
 from mqstore.statements import CommitShape, Rows, commit_batch
 from mqstore.store.commit_connections import CommitConnections
 from mqstore.store.model import Ack, Batch, NewMessage, Outcome, Removal, SubscriptionKey
@@ -183,7 +187,8 @@ class MessageWrites(StoreSessions):
             # The server's refusal (a statement_timeout, a lock_timeout) rolled the statement
             # back; only a connection that ended leaves the outcome unknown.
             unknown = exc.connection_invalidated or sqlstate(exc) is None
-            raise DatabaseUnavailableError(
+            error = CommitOutcomeUnknownError if unknown else DatabaseUnavailableError
+            raise error(
                 describe_connect_error(exc, self.engine.url)
                 + (
                     "; the batch may or may not have been committed"
