@@ -76,14 +76,15 @@ _PROBE_WAIT_MS = 1000
 def row_lock_held(conn: Connection, schema: StoreSchema) -> bool | None:
     """Whether a database session keeps the lock row locked: the master of mqstore's
     ``--lock row`` or of ActiveMQ's default database locker, which write nothing into the
-    row. Probed by locking it (``FOR NO KEY UPDATE``, waiting up to a second) in a savepoint
-    rolled back at once; None when the session may not lock rows (a read-only role or
-    standby) and so cannot tell."""
+    row. Probed by locking it ``FOR SHARE`` (waiting up to a second) in a savepoint rolled
+    back at once: that waits for their ``FOR UPDATE`` and ``FOR NO KEY UPDATE``, not for a
+    lease master's write in flight, whose fence holds the row ``FOR SHARE`` too. None when
+    the session may not lock rows (a read-only role or standby) and so cannot tell."""
     row = sa.select(schema.lock.c.id).where(schema.lock.c.id == 1)
     probe = conn.begin_nested()
     try:
         conn.execute(sa.text(f"SET LOCAL lock_timeout = {_PROBE_WAIT_MS}"))
-        conn.execute(row.with_for_update(key_share=True))
+        conn.execute(row.with_for_update(read=True))
     except DBAPIError as exc:
         if sqlstate(exc) == LOCK_NOT_AVAILABLE:
             return True

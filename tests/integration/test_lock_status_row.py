@@ -74,3 +74,18 @@ def test_describing_the_lock_leaves_the_row_free_on_a_connection_kept_open(
             broker.execute(sa.text("SET lock_timeout = 2000"))
             broker.execute(sa.text("UPDATE activemq_lock SET broker_name = 'b' WHERE id = 1"))
             broker.rollback()
+
+
+def test_a_lease_masters_write_in_flight_is_not_taken_for_a_row_lock_master(
+    dsn: str, engine: Engine
+) -> None:
+    """A lease master's write transaction holds the row ``FOR SHARE`` (its fence) until it
+    commits; one that waits on the database meanwhile is no row-lock master: the lease is
+    shown as it is (here expired)."""
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE activemq_lock SET broker_name = 'leaser', time = 1"))
+    with engine.connect() as writer:
+        writer.execute(sa.text("SELECT * FROM activemq_lock WHERE id = 1 FOR SHARE"))
+        status, state = _lock_states(dsn)
+        assert ROW_LOCKED not in status and ROW_LOCKED not in state, (status, state)
+        assert "leaser" in status, status
