@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -99,6 +100,11 @@ NETWORK_TIMEOUTS: dict[str, int] = {
 }
 
 
+#: The ``application_name`` mqstore's sessions show in ``pg_stat_activity`` unless the DSN
+#: (or ``PGAPPNAME``) names one; a master's lease guard session names itself apart.
+APPLICATION_NAME = "mqstore"
+
+
 def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
     """An engine on psycopg 3; raises :class:`ConfigError` for a bad DSN.
 
@@ -110,14 +116,17 @@ def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
     (:mod:`mqstore.store.commit_connections`).
     """
     url = parse_dsn(dsn)
-    timeouts = {k: v for k, v in NETWORK_TIMEOUTS.items() if k not in url.query}
+    connect_args: dict[str, object] = {"prepare_threshold": None}
+    connect_args |= {k: v for k, v in NETWORK_TIMEOUTS.items() if k not in url.query}
+    if "application_name" not in url.query and "PGAPPNAME" not in os.environ:
+        connect_args["application_name"] = APPLICATION_NAME
     try:
         return sa.create_engine(
             url,
             pool_size=pool_size,
             max_overflow=pool_size,
             pool_pre_ping=False,  # a round trip per checkout; dead ones are invalidated on error
-            connect_args={"prepare_threshold": None, **timeouts},
+            connect_args=connect_args,
             **kwargs,
         )
     except (ArgumentError, ValueError) as exc:  # e.g. ?port=abc, which the URL leaves alone

@@ -46,3 +46,21 @@ def test_a_connection_ended_by_the_server_is_called_lost(engine: Engine, dsn: st
     finally:
         other.dispose()
     assert "DSN right" not in str(err.value)
+
+
+@pytest.mark.parametrize(("query", "shown"), [("", "mqstore"), ("?application_name=ops", "ops")])
+def test_sessions_show_as_mqstore_in_pg_stat_activity_unless_the_dsn_names_them(
+    dsn: str, query: str, shown: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PGAPPNAME", raising=False)
+    own = create_engine(dsn + query)
+    try:
+        with own.connect() as conn:
+            seen = conn.execute(
+                sa.text(
+                    "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+                )
+            ).scalar()
+        assert seen == shown
+    finally:
+        own.dispose()
