@@ -323,6 +323,18 @@ def check(engine: Engine, prefix: str = "") -> list[str]:
         return problems
 
 
+def drift_advice(prefix: str = "", differences: list[str] | None = None) -> str:
+    """What to do about tables that differ from what the head revision declares (listing
+    ``differences`` when given)."""
+    flag = f" --table-prefix {prefix}" if prefix else ""
+    listed = f" ({'; '.join(differences)})" if differences else ""
+    return (
+        f"the tables differ from what revision {head_revision()} declares{listed}, which no "
+        "migration mends: restore what is missing (from a backup, or as ActiveMQ's DDL has "
+        f"it) and drop what was added, then run `mqstore db check{flag}` again"
+    )
+
+
 @dataclass
 class TableStatus:
     """Rows per table, for the CLI's status print."""
@@ -487,6 +499,7 @@ __all__ = [
     "check",
     "current_revision",
     "downgrade",
+    "drift_advice",
     "head_revision",
     "known_revisions",
     "lost_version_error",
@@ -499,6 +512,7 @@ __all__ = [
     "refuse_unmanaged_tables",
     "require_head",
     "restore_lock_row",
+    "schema_differences",
     "table_status",
     "upgrade",
 ]

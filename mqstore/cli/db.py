@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from sqlalchemy.engine import Engine
 
 from mqstore import migrate
 from mqstore.cli.options import (
@@ -70,6 +71,7 @@ def db_upgrade(
             migrate.upgrade(database.engine, settings.table_prefix, revision)
             with database.engine.connect() as conn:
                 current = migrate.current_revision(conn, settings.table_prefix)
+            drift = _drift(database.engine, settings.table_prefix) if current else []
         if current != revision and revision in (*migrate.known_revisions(), "base"):
             console.print(  # alembic does nothing when asked to go back, and says nothing
                 f"database is at revision {current}, past {revision}: `mqstore db upgrade` "
@@ -81,9 +83,17 @@ def db_upgrade(
             console.print(f"database upgraded to revision {current}", highlight=False)
         if beside and current is not None:
             _note_new_prefix(settings.table_prefix, beside)
+        if drift and current == migrate.head_revision():
+            raise SchemaError(migrate.drift_advice(settings.table_prefix, drift))
         _status_table(settings)
 
     run(body)
+
+
+def _drift(engine: Engine, prefix: str) -> list[str]:
+    """How the tables differ from what the head revision declares."""
+    with engine.connect() as conn:
+        return migrate.schema_differences(conn, prefix)
 
 
 def _note_new_prefix(prefix: str, beside: list[str]) -> None:
@@ -158,9 +168,14 @@ def db_check(
         settings = settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
             problems = migrate.check(database.engine, settings.table_prefix)
+            drift = _drift(database.engine, settings.table_prefix)
         if problems:
             for problem in problems:
                 err_console.print(f"- {problem}", highlight=False, soft_wrap=True)
+            if drift:
+                err_console.print(
+                    migrate.drift_advice(settings.table_prefix), highlight=False, soft_wrap=True
+                )
             raise typer.Exit(1)
         console.print("schema OK: at head, tables match")
 

@@ -61,7 +61,6 @@ def _says_the_schema_differs(result: subprocess.CompletedProcess[str], detail: s
     ("drift", "args", "detail"),
     [
         ("lock-column", ["db", "status"], "broker_name does not exist"),
-        ("lock-column", ["db", "upgrade"], "broker_name does not exist"),
         ("lock-column", ["db", "downgrade", "0001", "--yes"], "broker_name does not exist"),
         ("lock-column", ["stats"], "broker_name does not exist"),
         ("lock-column", ["lock", "status"], "broker_name does not exist"),
@@ -124,3 +123,22 @@ def _serve(dsn: str, data_dir: Path, journal: str) -> subprocess.CompletedProces
          "--stomp", "127.0.0.1:0", journal, "--log-level", "ERROR"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
+
+
+def test_db_check_and_db_upgrade_on_drifted_tables_say_what_to_restore(
+    dsn: str, engine: Engine
+) -> None:
+    """Tables at head that lack a column: `db check` lists it and says what to do, and
+    `db upgrade`, which no migration can mend them with, says so in one line, exit 2."""
+    _drift(engine, "msgs-column")
+    before = _contents(engine)
+    check = mqstore("db", "check", "--dsn", dsn)
+    assert check.returncode == 1, check.stderr
+    assert "- activemq_msgs.priority is missing" in check.stderr
+    assert "which no migration mends: restore what is missing" in check.stderr
+    upgrade = mqstore("db", "upgrade", "--dsn", dsn)
+    assert upgrade.returncode == 2, (upgrade.stdout, upgrade.stderr)
+    [line] = upgrade.stderr.strip().splitlines()
+    assert line.startswith("error: the tables differ from what revision"), line
+    assert "activemq_msgs.priority is missing" in line and "mqstore db check" in line, line
+    assert _contents(engine) == before
