@@ -85,8 +85,9 @@ def for_client(exc: BaseException) -> str:
     if isinstance(exc, CommitOutcomeUnknownError):
         log.warning("store unavailable: %s", exc)
         return (
-            "the broker's store lost its database while committing this frame: it may or may "
-            "not have been done; check before you send it again"
+            "the broker's store is unavailable: it lost its database while committing this "
+            "frame, which may or may not have been done; try again later, checking first where "
+            "doing it twice would matter"
         )
     if isinstance(exc, DatabaseUnavailableError):
         log.warning("store unavailable: %s", exc)
