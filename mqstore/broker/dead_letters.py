@@ -47,9 +47,16 @@ class DeadLetters:
         self._moving = {}
 
     def dead_letter(
-        self, dest: Dispatcher, msgs: list[BrokerMessage], outcome: Outcome
+        self,
+        dest: Dispatcher,
+        msgs: list[BrokerMessage],
+        outcome: Outcome,
+        *,
+        delivered: bool = False,
     ) -> asyncio.Future[list[int]]:
         """Atomically consume ``msgs`` from ``dest`` and add copies to the DLQ (persistent only).
+        If the store write fails they come back to ``dest``, marked redelivered if
+        ``delivered`` (NACKed by a consumer; not so expired or unrenderable ones).
 
         As ActiveMQ's DLQ audit, a copy the DLQ holds, is about to hold or lately held
         (another subscriber of a topic dead-lettered the same message) is not added twice;
@@ -57,6 +64,7 @@ class DeadLetters:
         """
         op, finish = dest.settle_work(msgs, outcome)
         move = _Move(op, finish, asyncio.get_running_loop().create_future(), dest, msgs)
+        move.delivered = delivered
         move.ids = [m.store_id for m in msgs if m.store_id is not None]
         self._hold(move.ids)
         for m in msgs:
@@ -93,7 +101,7 @@ class DeadLetters:
             self._release(move.ids)
             if exc is not None or ids is None:
                 log.error("moving messages to the DLQ failed: %s", exc)
-                move.dest.unsettled(move.msgs)
+                move.dest.unsettled(move.msgs, delivered=move.delivered)
                 _fail(move.result, exc or StoreError("the store returned no IDs"))
                 return
             for copy, ident in zip(move.copies, ids, strict=True):
@@ -115,7 +123,7 @@ class DeadLetters:
             self._dlq_audit.settle(move.keys, added=False)
             self._release(move.ids)
             log.error("moving messages to the DLQ failed: %s", exc)
-            move.dest.unsettled(move.msgs)
+            move.dest.unsettled(move.msgs, delivered=move.delivered)
             _fail(move.result, exc)
             return
         for copy in stored:
@@ -157,6 +165,7 @@ class _Move:
     copies: list[BrokerMessage] = field(default_factory=list)
     keys: list[tuple[str, str, int]] = field(default_factory=list)  # audit entries it holds
     ids: list[int] = field(default_factory=list)  # store IDs of the messages it consumes
+    delivered: bool = False  # the messages were sent to a consumer (a NACK moves them)
 
 
 def _fail(fut: asyncio.Future[list[int]], exc: BaseException) -> None:

@@ -72,8 +72,9 @@ class DurableSub:
         self.last_acked: dict[int, int] = {}  # LAST_ACKED_ID per priority, as written
         self._confirmed: dict[int, int] = {}  # ... and as the store confirmed it
         self.backlog = backlog
-        #: sent, not acked: the redelivery counter it is sent again with (kept in memory:
-        #: the row is shared by every subscription of the topic)
+        #: sent, not acked (or its ack failed to reach the store): the redelivery counter
+        #: it is sent again with, ``redelivered:true`` (kept in memory: the row is shared
+        #: by every subscription of the topic)
         self.delivered: dict[int, int] = {}
         #: sent in this session and not settled: its place in the order of first sending (a
         #: message put back goes in this order, whatever the order its settlement failed in)
@@ -231,9 +232,10 @@ class DurableSub:
                 continue
             if delivery is None:
                 auto.append(msg)
-        for batch in (auto, expired):
-            if batch:
-                self._submit_settle(batch)
+        if auto:
+            self._submit_settle(auto, delivered=True)
+        if expired:
+            self._submit_settle(expired, delivered=False)
         self.topic.subscriber_drained()
         count = len(self.pending)
         if not self.exhausted and not self._paging and self.window.wants_page(count):
@@ -275,6 +277,8 @@ class DurableSub:
                 counter = self.delivered.get(row.id, 0)
                 if counter > msg.ow.redelivery_counter:
                     msg.ow = msg.ow.replace(redelivery_counter=counter)
+                if row.id in self.delivered:  # sent before, not acked (or its ack failed)
+                    msg.delivered_before = True
                 if policy.exceeded(counter):  # left unacknowledged too often: poison
                     self.tracked.add(row.id)
                     broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
@@ -297,9 +301,11 @@ class DurableSub:
         self.kick()
 
     # -- settlement -------------------------------------------------------------------------
-    def _submit_settle(self, msgs: list[BrokerMessage]) -> None:
+    def _submit_settle(self, msgs: list[BrokerMessage], *, delivered: bool) -> None:
         op, finish = self.settle_work(msgs)
-        self.topic.broker.submit(op, finish, failed=lambda: self.unsettled(msgs))
+        self.topic.broker.submit(
+            op, finish, failed=lambda: self.unsettled(msgs, delivered=delivered)
+        )
 
     def settle_work(
         self, msgs: list[BrokerMessage], outcome: Outcome = Outcome.ACKNOWLEDGED
@@ -355,15 +361,22 @@ class DurableSub:
     def removed(self, msgs: list[BrokerMessage]) -> None:
         """Nothing to do: :meth:`settle_work` already moved LAST_ACKED_ID."""
 
-    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+    def unsettled(self, msgs: list[BrokerMessage], *, delivered: bool) -> None:
         """An ack or NACK did not reach the store: LAST_ACKED_ID goes back to what the store
         confirmed, and the messages are delivered again (acks of others that went with the
-        failed write are forgotten: those messages may come again, never go missing)."""
+        failed write are forgotten: those messages may come again, never go missing); those
+        ``delivered`` before, marked redelivered (also when read again by a later attach),
+        their redelivery counters unchanged."""
         self.last_acked = {p: max(v, self.base_acked) for p, v in self._confirmed.items()}
         stored = [m for m in msgs if m.store_id is not None]
+        if delivered:
+            stored = [m.marked_redelivered() for m in stored]
         for m in stored:
             assert m.store_id is not None
             self.acked_pending.discard(m.store_id)
+            if delivered:
+                counter = max(self.delivered.get(m.store_id, 0), m.redelivery_counter)
+                self.delivered[m.store_id] = counter
         if self.consumer is None:
             return  # the next attach reads the subscription from the store again
         for m in stored:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mqstore import openwire
 from mqstore.broker.frames import Frame, FrameError
@@ -107,6 +107,9 @@ class BrokerMessage:
     store_priority: int = 0
     seq: int = 0
     headers: list[tuple[str, str]] | None = field(default=None, repr=False)
+    #: sent to a consumer before, though its redelivery counter did not move (its
+    #: settlement failed to reach the store): delivered again with ``redelivered:true``
+    delivered_before: bool = False
 
     @property
     def priority(self) -> int:
@@ -119,6 +122,11 @@ class BrokerMessage:
     @property
     def redelivery_counter(self) -> int:
         return self.ow.redelivery_counter
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether a delivery of it carries ``redelivered:true``."""
+        return self.delivered_before or self.ow.redelivery_counter > 0
 
     @property
     def size(self) -> int:
@@ -155,6 +163,12 @@ class BrokerMessage:
         if self.persistent:
             copy.encoded()
         return copy
+
+    def marked_redelivered(self) -> BrokerMessage:
+        """A copy delivered with ``redelivered:true``, its redelivery counter (and encoding)
+        unchanged: the message comes back because its settlement failed to reach the store,
+        which counts for no redelivery towards the DLQ."""
+        return self if self.redelivered else replace(self, delivered_before=True)
 
     @classmethod
     def from_row(cls, row: StoredMessage, seq: int) -> BrokerMessage:

@@ -219,7 +219,9 @@ class Queue:
             if delivery is None:
                 auto.append(msg)
         if auto:
-            self.broker.submit(*self.settle_work(auto), failed=lambda: self.unsettled(auto))
+            self.broker.submit(
+                *self.settle_work(auto), failed=lambda: self.unsettled(auto, delivered=True)
+            )
         self._maybe_page()
 
     def _unrenderable(self, msg: BrokerMessage, exc: UnrenderableError) -> None:
@@ -372,14 +374,15 @@ class Queue:
             if msg.store_id is not None:
                 self.window.remove(msg)
 
-    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+    def unsettled(self, msgs: list[BrokerMessage], *, delivered: bool) -> None:
         """Messages whose consumption failed to reach the store come back, after a pause
-        (the store is likely still away), unless they left the queue meanwhile."""
+        (the store is likely still away), unless they left the queue meanwhile; those
+        ``delivered`` to a consumer before, marked redelivered."""
 
         def back() -> None:
             for m in msgs:
                 if m.store_id is None or m.store_id in self.tracked:
-                    self.requeue(m)
+                    self.requeue(m.marked_redelivered() if delivered else m)
 
         asyncio.get_running_loop().call_later(UNSETTLED_RETRY_S, back)
 

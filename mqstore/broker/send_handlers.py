@@ -204,7 +204,7 @@ class SendHandlers(HandlerState):
             for m in stored:  # nothing was stored
                 broker.usage.release(m.size)
             for dest, msgs in by_dest.values():  # nor consumed
-                dest.unsettled(msgs)
+                dest.unsettled(msgs, delivered=True)
             # Its NACKs were not acted on: the messages come back, as after an ABORT.
             self.abort(Transaction(tx.tx_id, nacks=tx.nacks))
             raise
@@ -220,7 +220,7 @@ class SendHandlers(HandlerState):
             if d.consumer.dest is not None:
                 nacked.setdefault(id(d.consumer.dest), (d.consumer.dest, []))[1].append(d.msg)
         for dest, msgs in nacked.values():
-            broker.dead_letter(dest, msgs, Outcome.DEAD_LETTERED)
+            broker.dead_letter(dest, msgs, Outcome.DEAD_LETTERED, delivered=True)
         self.receipt(frame)
 
     async def on_abort(self, frame: Frame) -> None:

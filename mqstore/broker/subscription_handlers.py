@@ -203,11 +203,13 @@ class SubscriptionHandlers(HandlerState):
         assert dest is not None
         msgs = [d.msg for d in targets]
         if nack:
-            fut = self.broker.dead_letter(dest, msgs, Outcome.DEAD_LETTERED)
+            fut = self.broker.dead_letter(dest, msgs, Outcome.DEAD_LETTERED, delivered=True)
         else:
             op, finish = dest.settle_work(msgs)
             op.lazy = frame.get("receipt") is None
-            fut = self.broker.submit(op, finish, failed=lambda: dest.unsettled(msgs))
+            fut = self.broker.submit(
+                op, finish, failed=lambda: dest.unsettled(msgs, delivered=True)
+            )
         if frame.get("receipt") is not None:
             await asyncio.shield(fut)
         else:

@@ -63,9 +63,12 @@ class Dispatcher(Protocol):
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Unacknowledged deliveries return for redelivery."""
 
-    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+    def unsettled(self, msgs: list[BrokerMessage], *, delivered: bool) -> None:
         """The store work of :meth:`settle_work` for ``msgs`` failed (the database was away):
-        they are still stored, so they come back for delivery."""
+        they are still stored, so they come back for delivery. ``delivered``: they were
+        sent to a consumer (its ACK, NACK, auto-ack or COMMIT failed), so they come back
+        marked redelivered, their redelivery counter unchanged (see
+        :meth:`BrokerMessage.marked_redelivered`); expired or dead-lettered ones not."""
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach a consumer; its unsettled deliveries go back."""
@@ -125,7 +128,7 @@ class Consumer:
         """Send a MESSAGE frame; returns the delivery to track (None in auto mode)."""
         conn = self.conn
         headers = [*message_headers(msg), ("subscription", self.sub_id)]
-        headers.append(("redelivered", "true" if msg.redelivery_counter > 0 else "false"))
+        headers.append(("redelivered", "true" if msg.redelivered else "false"))
         token = ""
         if self.ack_mode != "auto":
             token = conn.next_ack_token()

@@ -180,7 +180,7 @@ class Topic:
 
         return Op(), finish
 
-    def unsettled(self, msgs: list[BrokerMessage]) -> None:
+    def unsettled(self, msgs: list[BrokerMessage], *, delivered: bool) -> None:
         """Nothing to take back: non-durable subscribers' acks do no store work."""
 
     def give_back(self, deliveries: list[Delivery]) -> None:
