@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -51,9 +52,33 @@ class Database:
             self.embedded.close()
 
 
+#: How long a command that only reads waits for a lock another session holds on a table
+#: (a migration, an operator's LOCK TABLE) before it says so, rather than hanging.
+READ_LOCK_WAIT_MS = 10_000
+
+
+def _wait_for_locks(engine: Engine, wait_ms: int) -> None:
+    """Every new session of ``engine`` waits at most ``wait_ms`` for a lock (lock_timeout),
+    unless the DSN sets a lock_timeout of its own."""
+
+    @sa.event.listens_for(engine, "connect")
+    def _set(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute("SELECT current_setting('lock_timeout')")
+            own = cursor.fetchone()[0]
+            if own in ("0", "0ms"):
+                cursor.execute(f"SET SESSION lock_timeout = {int(wait_ms)}")
+            dbapi_conn.commit()
+        finally:
+            cursor.close()
+
+
 @contextmanager
-def open_database(settings: Settings) -> Iterator[Database]:
-    """Connect to ``settings.dsn``, or start the embedded PostgreSQL when no DSN is set."""
+def open_database(settings: Settings, *, read_only: bool = False) -> Iterator[Database]:
+    """Connect to ``settings.dsn``, or start the embedded PostgreSQL when no DSN is set.
+    ``read_only``: a command that only reads, which waits for a table another session has
+    locked for at most :data:`READ_LOCK_WAIT_MS` and then says so."""
     embedded: EmbeddedPostgres | None = None
     dsn = settings.dsn
     if dsn is None:
@@ -64,6 +89,8 @@ def open_database(settings: Settings) -> Iterator[Database]:
             embedded.close()
             raise
     engine = db.create_engine(dsn)
+    if read_only:
+        _wait_for_locks(engine, READ_LOCK_WAIT_MS)
     database = Database(dsn, engine, embedded)
     try:
         db.check_connection(engine)

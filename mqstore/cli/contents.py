@@ -57,7 +57,7 @@ def browse(
 
         settings = settings_to_read(dsn, table_prefix, data_dir)
         container = _container(destination)
-        with open_database(settings) as database:
+        with open_database(settings, read_only=True) as database:
             store = PostgresStore(
                 database.engine,
                 prefix=settings.table_prefix,
@@ -121,7 +121,7 @@ def stats(
             prioritized_messages=prioritized_messages,
         )
         journal_id = existing_journal_id(settings.resolved_journal_dir)
-        with open_database(settings) as database:
+        with open_database(settings, read_only=True) as database:
             store = PostgresStore(
                 database.engine,
                 prefix=settings.table_prefix,

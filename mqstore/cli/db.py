@@ -30,7 +30,7 @@ db_app = typer.Typer(
 def _status_table(settings: Settings) -> None:
     from mqstore.app import open_database
 
-    with open_database(settings) as database:
+    with open_database(settings, read_only=True) as database:
         table = Table(title="mqstore tables")
         for col in ("table", "rows", "detail"):
             table.add_column(col)
@@ -166,7 +166,7 @@ def db_check(
         from mqstore.app import open_database
 
         settings = settings_to_read(dsn, table_prefix, data_dir)
-        with open_database(settings) as database:
+        with open_database(settings, read_only=True) as database:
             problems = migrate.check(database.engine, settings.table_prefix)
             drift = _drift(database.engine, settings.table_prefix)
         if problems:

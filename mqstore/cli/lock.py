@@ -25,7 +25,7 @@ def lock_status(
 
         settings = settings_to_read(dsn, table_prefix, data_dir)
         schema = build_schema(settings.table_prefix)
-        with open_database(settings) as database, database.engine.connect() as conn:
+        with open_database(settings, read_only=True) as database, database.engine.connect() as conn:
             status, state = describe_lock(conn, schema)
         console.print(
             f"{schema.lock.name}: {state} (BROKER_NAME={status.broker_name}, TIME={status.time})"
