@@ -31,7 +31,7 @@ from mqstore.errors import (
 )
 from mqstore.journal_claim import claim_journal
 from mqstore.lock import ExclusiveLease, LeaseLocker, Locker, NoLocker, RowLocker
-from mqstore.schema import StoreSchema, build_schema
+from mqstore.schema import build_schema
 from mqstore.settings import Settings
 from mqstore.store import PostgresStore, Store
 
@@ -112,29 +112,24 @@ def _schema_refusal(engine: Engine, prefix: str, exc: sa.exc.DBAPIError) -> Sche
     if detail is None:
         return None
     schema = build_schema(prefix)
-    names = [table.name for table in _tables(schema)]
+    names = {table.name for table in schema.tables} | {schema.version_table}
     try:
         with engine.connect() as conn:
-            present = db.existing_tables(conn, [*names, schema.version_table])
+            present = names & set(sa.inspect(conn).get_table_names())
     except sa.exc.DBAPIError:  # the database went away meanwhile: its error is the one to say
         return None
     return db.schema_differs(detail) if present else None
-
-
-def _tables(schema: StoreSchema) -> tuple[sa.Table, ...]:
-    """The prefix's tables, as `mqstore db check` compares them."""
-    return (schema.msgs, schema.acks, schema.lock, schema.journal, schema.history)
 
 
 def require_schema(engine: Engine, prefix: str) -> None:
     """Refuse, before anything is written, a database not at this mqstore's revision or
     lacking a table or column the broker uses (what `mqstore db check` would list first)."""
     from mqstore import migrate
+    from mqstore.drift import missing_parts
 
     with engine.connect() as conn:
         migrate.require_head(conn, prefix)
-        schema = build_schema(prefix)
-        missing = db.missing_columns(conn, _tables(schema))
+        missing = missing_parts(conn, prefix)
     if missing:
         raise db.schema_differs("; ".join(missing))
 

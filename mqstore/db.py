@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
@@ -162,44 +162,6 @@ def undefined_object(exc: DBAPIError) -> str | None:
         return None
     lines = str(exc.orig).splitlines()
     return lines[0] if lines else type(exc.orig).__name__
-
-
-def existing_tables(conn: Connection, names: Iterable[str]) -> list[str]:
-    """Which of ``names`` the session's unqualified statements find (its search_path)."""
-    return list(
-        conn.execute(
-            sa.text(
-                "SELECT n FROM unnest(CAST(:names AS text[])) AS n "
-                "WHERE to_regclass(quote_ident(n)) IS NOT NULL"
-            ),
-            {"names": list(names)},
-        ).scalars()
-    )
-
-
-def missing_columns(conn: Connection, tables: Iterable[sa.Table]) -> list[str]:
-    """The tables and columns the session's statements would not find, as
-    ``table X is missing`` and ``X.C is missing`` (one catalogue query)."""
-    wanted = {table.name: [column.name for column in table.columns] for table in tables}
-    rows = conn.execute(
-        sa.text(
-            "SELECT n, to_regclass(quote_ident(n)) IS NOT NULL, "
-            "coalesce(array_agg(a.attname::text) FILTER (WHERE a.attname IS NOT NULL), '{}') "
-            "FROM unnest(CAST(:names AS text[])) AS n "
-            "LEFT JOIN pg_attribute AS a ON a.attrelid = to_regclass(quote_ident(n)) "
-            "AND a.attnum > 0 AND NOT a.attisdropped GROUP BY n"
-        ),
-        {"names": list(wanted)},
-    ).all()
-    found = {name: (exists, set(columns)) for name, exists, columns in rows}
-    missing: list[str] = []
-    for name, columns in wanted.items():
-        exists, present = found[name]
-        if not exists:
-            missing.append(f"table {name} is missing")
-            continue
-        missing.extend(f"{name}.{column} is missing" for column in columns if column not in present)
-    return missing
 
 
 #: Refusals of one statement, not of the connection (it stays usable), by SQLSTATE: what

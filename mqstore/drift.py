@@ -66,13 +66,31 @@ def _index_state(table: sa.Table, name: str, options: dict[str, object]) -> list
     return out
 
 
+def missing_parts(conn: Connection, prefix: str = "") -> list[str]:
+    """The tables and columns of the declared schema the database lacks, which make
+    statements fail (the first of :func:`schema_differences`, in its words)."""
+    schema = build_schema(prefix)
+    inspector = sa.inspect(conn)
+    tables = set(inspector.get_table_names())
+    missing: list[str] = []
+    for table in schema.tables:
+        if table.name not in tables:
+            missing.append(f"table {table.name} is missing")
+            continue
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        missing += [
+            f"{table.name}.{c.name} is missing" for c in table.columns if c.name not in present
+        ]
+    return missing
+
+
 def schema_differences(conn: Connection, prefix: str = "") -> list[str]:
     """Every way the database differs from the declared schema (empty when it matches)."""
     schema = build_schema(prefix)
     inspector = sa.inspect(conn)
     tables = set(inspector.get_table_names())
     problems: list[str] = []
-    for table in (schema.msgs, schema.acks, schema.lock, schema.journal, schema.history):
+    for table in schema.tables:
         if table.name not in tables:
             problems.append(f"table {table.name} is missing")
             continue

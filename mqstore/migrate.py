@@ -279,8 +279,7 @@ def require_head(conn: Connection, prefix: str = "") -> None:
     :class:`SchemaError` unless the session's role may read and write every table."""
     current, head = current_revision(conn, prefix), head_revision()
     if current == head:
-        schema = build_schema(prefix)
-        tables = (schema.msgs, schema.acks, schema.lock, schema.journal, schema.history)
+        tables = build_schema(prefix).tables
         require_privileges(conn, {table.name: BROKER_PRIVILEGES for table in tables})
         return
     if current is None:

@@ -68,6 +68,11 @@ class StoreSchema:
     version_table: str
     activemq_tables: tuple[str, str, str]
 
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """Every table of the prefix, ActiveMQ's and mqstore's own (not the version table)."""
+        return (self.msgs, self.acks, self.lock, self.journal, self.history)
+
 
 def table_name(prefix: str, base: str) -> str:
     """The PostgreSQL name ActiveMQ's unquoted ``prefix + base`` folds to."""
