@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
 from mqstore.errors import SchemaError
-from mqstore.lock.lease import LeaseLocker
+from mqstore.lock.lease import guard_name
 from mqstore.lock.standby import GuardWatch
 from mqstore.lock.status import LockStatus, find_lock
 from mqstore.schema import StoreSchema, build_schema, version_table_name
@@ -105,7 +105,7 @@ def _refuse_connected_guard(conn: Connection, schema: StoreSchema, status: LockS
     time says. Read in a transaction of its own: ``pg_stat_activity`` is read once per
     transaction."""
     holder = str(status.broker_name)
-    name = LeaseLocker(conn.engine, schema, holder).guard_name(holder)
+    name = guard_name(schema, holder)
     if GuardWatch(conn.engine).see(conn, name).alive:
         raise SchemaError(
             f"{schema.lock.name} is {status.describe()} and the guard session of broker "

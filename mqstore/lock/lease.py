@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 MAX_UNCONFIRMED_LEASES = 1000
 
 
+def guard_name(schema: StoreSchema, holder: str) -> str:
+    """The ``application_name`` of the guard session an mqstore master named ``holder``
+    keeps open on ``schema``'s lock row (63 bytes at most)."""
+    digest = hashlib.sha1(f"{schema.lock.name}/{holder}".encode()).hexdigest()[:24]
+    return f"mqstore-lease:{digest}"
+
+
 class LeaseLocker:
     """ActiveMQ's lease protocol.
 
@@ -187,9 +194,8 @@ class LeaseLocker:
 
     # -- the guard session: fast failover between mqstore brokers ---------------------------
     def guard_name(self, holder: str) -> str:
-        """The ``application_name`` of ``holder``'s guard session (63 bytes at most)."""
-        digest = hashlib.sha1(f"{self.schema.lock.name}/{holder}".encode()).hexdigest()[:24]
-        return f"mqstore-lease:{digest}"
+        """The ``application_name`` of ``holder``'s guard session (:func:`guard_name`)."""
+        return guard_name(self.schema, holder)
 
     def _install_guard(self, guard: Guard) -> None:
         """Keep one idle session named after this holder while master (no open transaction,
