@@ -1,4 +1,4 @@
-"""The steps of adopting tables a real ActiveMQ broker created (:func:`mqstore.migrate.adopt`
+"""The steps of adopting tables a real ActiveMQ broker created (:func:`mqstore.takeover.adopt`
 runs them in one transaction): ActiveMQ's columns verified, its ACKS key, indexes and empty
 PRIORITY values put right, and the warnings and notes the CLI prints after."""
 

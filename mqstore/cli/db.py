@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 from sqlalchemy.engine import Engine
 
-from mqstore import migrate
+from mqstore import migrate, takeover
 from mqstore.cli.options import (
     DataDirOpt,
     DsnOpt,
@@ -193,7 +193,7 @@ def db_adopt(
 
         settings = settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
-            report = migrate.adopt(database.engine, settings.table_prefix)
+            report = takeover.adopt(database.engine, settings.table_prefix)
         for action in report.actions:
             console.print(f"- {action}", highlight=False)
         console.print("adopted: " + ", ".join(f"{t} {n} rows" for t, n in report.rows.items()))

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from mqstore import migrate
+from mqstore import takeover
 from mqstore.store import PostgresStore, Store, SubscriptionKey
 from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread, Collector, connect, drain
@@ -156,7 +156,7 @@ def test_adopted_activemq_subscriptions(empty_engine: Engine) -> None:
     """After adopt (which warns about subA's selector), subA is refused and keeps T4 and T5;
     subB and subC get T1..T5; the queue is served, and the marker row is no subscription."""
     _activemq_database(empty_engine)
-    report = migrate.adopt(empty_engine)
+    report = takeover.adopt(empty_engine)
     warnings = [a for a in report.actions if a.startswith("warning:")]
     assert len(warnings) == 1, report.actions
     assert "fix-sub-a" in warnings[0] and "seq = '5'" in warnings[0]

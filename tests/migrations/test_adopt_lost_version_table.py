@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from mqstore import migrate
+from mqstore import migrate, takeover
 from mqstore.errors import SchemaError
 from tests.conftest import REPO
 
@@ -111,7 +111,7 @@ def test_adopt_records_an_older_revision_and_upgrades_from_it(engine: Engine) ->
     _fill(engine)
     migrate.downgrade(engine, revision="0002")
     _lose_version_table(engine, "DROP TABLE")
-    report = migrate.adopt(engine)
+    report = takeover.adopt(engine)
     head = migrate.head_revision()
     said = " ".join(report.actions)
     assert f"match revision 0002: recorded revision 0002, then upgraded them to {head}" in said
@@ -146,5 +146,5 @@ def test_adopt_of_a_lost_version_table_refuses_while_a_broker_holds_the_lease(
             {"t": int(time.time() * 1000) + 60_000},
         )
     with pytest.raises(SchemaError, match=r"held by live-one .*stop that broker first"):
-        migrate.adopt(engine)
+        takeover.adopt(engine)
     assert _revision(engine) is None

@@ -25,11 +25,12 @@ from tests.conftest import REPO, count_rows, load_activemq_fixture
 #: Only a guard against a hung test: every wait below normally ends in well under a second.
 HANG_GUARD_S = 120.0
 
-#: Runs ``migrate.<argv[2]>(engine)``; with argv[3], holds before the first statement that
-#: starts with it: prints "held", waits for a line on stdin. Prints "ok" or the error.
+#: Runs ``<argv[2]>(engine)`` (``upgrade`` from migrate, ``adopt`` from takeover); with
+#: argv[3], holds before the first statement that starts with it: prints "held", waits for
+#: a line on stdin. Prints "ok" or the error.
 _CHILD = """
 import sys, sqlalchemy as sa
-from mqstore import migrate
+from mqstore import migrate, takeover
 from mqstore.db import create_engine
 engine = create_engine(sys.argv[1])
 if len(sys.argv) > 3:
@@ -41,7 +42,7 @@ if len(sys.argv) > 3:
             print("held", flush=True)
             sys.stdin.readline()
 try:
-    getattr(migrate, sys.argv[2])(engine)
+    getattr(takeover if sys.argv[2] == "adopt" else migrate, sys.argv[2])(engine)
     print("ok", flush=True)
 except Exception as exc:
     print(f"error {type(exc).__name__}: {exc}".splitlines()[0], flush=True)

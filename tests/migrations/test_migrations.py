@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from mqstore import migrate
+from mqstore import migrate, takeover
 from mqstore.errors import NotActiveMQSchemaError, SchemaError, SchemaVersionError
 from mqstore.schema import build_schema
 from mqstore.store import PostgresStore, SubscriptionKey
@@ -135,7 +135,7 @@ def test_adopt_activemq_fixture_keeps_every_row(empty_engine: Engine) -> None:
             t: conn.execute(sa.text(f"SELECT * FROM {t} ORDER BY 1, 2")).all()
             for t in ("activemq_msgs", "activemq_acks", "activemq_lock")
         }
-    report = migrate.adopt(empty_engine)
+    report = takeover.adopt(empty_engine)
     assert report.rows == {"activemq_msgs": 17, "activemq_acks": 2, "activemq_lock": 1}
     assert not [a for a in report.actions if "prioritizedMessages" in a]  # it ran plain
     with empty_engine.connect() as conn:
@@ -155,14 +155,14 @@ def test_adopt_refuses_non_activemq_tables_and_changes_nothing(empty_engine: Eng
         conn.execute(sa.text("CREATE TABLE activemq_msgs (id int primary key, body text)"))
         conn.execute(sa.text("INSERT INTO activemq_msgs VALUES (1, 'x')"))
     with pytest.raises(NotActiveMQSchemaError, match="nothing was changed"):
-        migrate.adopt(empty_engine)
+        takeover.adopt(empty_engine)
     assert set(sa.inspect(empty_engine).get_table_names()) == {"activemq_msgs"}
     assert count_rows(empty_engine, "activemq_msgs") == 1
 
 
 def test_adopt_refuses_an_empty_database(empty_engine: Engine) -> None:
     with pytest.raises(NotActiveMQSchemaError, match="mqstore db upgrade"):
-        migrate.adopt(empty_engine)
+        takeover.adopt(empty_engine)
 
 
 def test_alembic_cli_from_repo_root(empty_dsn: str) -> None:
@@ -205,7 +205,7 @@ def test_adopt_refuses_what_it_cannot_make_pass_check_and_changes_nothing(
         conn.execute(sa.text(change))
     tables_before = set(sa.inspect(empty_engine).get_table_names())
     with pytest.raises(NotActiveMQSchemaError, match="nothing was changed"):
-        migrate.adopt(empty_engine)
+        takeover.adopt(empty_engine)
     assert set(sa.inspect(empty_engine).get_table_names()) == tables_before
     assert count_rows(empty_engine, "activemq_msgs") == 17
 
@@ -272,7 +272,7 @@ def test_adopt_gives_rows_without_a_priority_the_0_activemq_writes(empty_engine:
     load_activemq_fixture(empty_engine)
     with empty_engine.begin() as conn:
         conn.execute(sa.text("UPDATE activemq_msgs SET priority = NULL WHERE id IN (2, 3, 8)"))
-    report = migrate.adopt(empty_engine)
+    report = takeover.adopt(empty_engine)
     assert "activemq_msgs: PRIORITY 0 given to 3 row(s) that had none" in report.actions
     store = PostgresStore(empty_engine, cleanup_interval_s=0)
     store.start()
@@ -295,7 +295,7 @@ def test_adopt_says_when_activemq_stored_priorities_and_which_setting_follows_th
     load_activemq_fixture(empty_engine)
     with empty_engine.begin() as conn:
         conn.execute(sa.text("UPDATE activemq_msgs SET priority = 7 WHERE id IN (8, 10)"))
-    [note] = [a for a in migrate.adopt(empty_engine).actions if "prioritizedMessages" in a]
+    [note] = [a for a in takeover.adopt(empty_engine).actions if "prioritizedMessages" in a]
     assert "MQSTORE_PRIORITIZED_MESSAGES=true" in note
     assert "--prioritized-messages" in note
     store = PostgresStore(empty_engine, cleanup_interval_s=0)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
 
-from mqstore import migrate
+from mqstore import migrate, takeover
 from mqstore.db import create_engine, libpq_dsn
 from mqstore.errors import ConfigError, SchemaError
 from mqstore.migration_guards import BROKER_PRIVILEGES
@@ -95,7 +95,7 @@ def test_adopt_by_the_brokers_role_says_who_may(
     engine = _as_role(empty_dsn, role)
     try:
         with pytest.raises(SchemaError, match=r"`mqstore db adopt` was refused .*owner of"):
-            migrate.adopt(engine)
+            takeover.adopt(engine)
     finally:
         engine.dispose()
     assert _tables(empty_engine) == {"activemq_msgs", "activemq_acks", "activemq_lock"}
@@ -205,7 +205,7 @@ def test_upgrade_after_downgrade_to_base_refuses_tables_activemq_made_since(
     with pytest.raises(SchemaError, match="run `mqstore db adopt` first"):
         migrate.upgrade(empty_engine)
     assert count_rows(empty_engine, "activemq_msgs") == 17
-    migrate.adopt(empty_engine)
+    takeover.adopt(empty_engine)
     assert migrate.check(empty_engine) == []
 
 
@@ -239,7 +239,7 @@ def test_a_brokers_role_granted_before_adopt_is_told_the_grant_it_lacks(
     grant = f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"'
     with empty_engine.begin() as conn:  # as for ActiveMQ: the broker's role may use its tables
         conn.execute(sa.text(grant))
-    migrate.adopt(empty_engine)  # by the owner: mqstore's tables come after the grant
+    takeover.adopt(empty_engine)  # by the owner: mqstore's tables come after the grant
     engine = _as_role(empty_dsn, role)
     try:
         with engine.connect() as conn, pytest.raises(SchemaError) as refused:
@@ -273,14 +273,14 @@ def test_adopt_of_a_prefix_whose_acks_activemq_could_not_create_says_how(
             )
         conn.execute(sa.text("INSERT INTO brk2_activemq_lock (id) VALUES (1)"))
     with pytest.raises(SchemaError) as refused:
-        migrate.adopt(empty_engine, "BRK2_")
+        takeover.adopt(empty_engine, "BRK2_")
     assert str(refused.value).startswith(
         "table brk2_activemq_acks is missing, nothing was changed: ActiveMQ could not create "
         "it because activemq_acks's key already holds the name pk_activemq_acks"
     )
     assert "Run `mqstore db adopt` first" in str(refused.value)
     assert "brk2_mqstore_version" not in _tables(empty_engine)
-    migrate.adopt(empty_engine)  # then what the message says frees the name
+    takeover.adopt(empty_engine)  # then what the message says frees the name
     with empty_engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -291,7 +291,7 @@ def test_adopt_of_a_prefix_whose_acks_activemq_could_not_create_says_how(
                 "CONSTRAINT pk_activemq_acks PRIMARY KEY (container, client_id, sub_name))"
             )
         )
-    migrate.adopt(empty_engine, "BRK2_")
+    takeover.adopt(empty_engine, "BRK2_")
     assert migrate.check(empty_engine, "BRK2_") == []
 
 
@@ -343,7 +343,7 @@ def test_adopt_names_the_schema_it_looked_in(empty_dsn: str, empty_engine: Engin
     engine = create_engine(url.render_as_string(hide_password=False))
     try:
         with pytest.raises(SchemaError, match="in schema amq, the first of the DSN's search_path"):
-            migrate.adopt(engine)
+            takeover.adopt(engine)
     finally:
         engine.dispose()
     assert count_rows(empty_engine, "activemq_msgs") == 17
@@ -392,7 +392,7 @@ def test_adopt_past_a_timeout_of_the_role_says_which_and_changes_nothing(
         with empty_engine.connect() as holder:  # a session in the middle of using ACKS
             holder.execute(sa.text("LOCK TABLE activemq_acks IN ACCESS SHARE MODE"))
             with pytest.raises(SchemaError, match=words):
-                migrate.adopt(engine)
+                takeover.adopt(engine)
             holder.rollback()
     finally:
         engine.dispose()

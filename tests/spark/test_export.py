@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from mqstore import migrate
+from mqstore import takeover
 from mqstore.openwire import encode, text_message
 from mqstore.schema import build_schema
 from spark_etl import export as export_mod
@@ -330,7 +330,7 @@ def test_row_committed_between_snapshot_and_read_is_exported_once(
 def test_a_row_committed_after_an_empty_snapshot_is_exported_once(
     spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    migrate.adopt(activemq_engine)  # with mqstore_history
+    takeover.adopt(activemq_engine)  # with mqstore_history
     dsn = dsn_of(activemq_engine)
     export(spark, dsn, tmp_path)
     execute(activemq_engine, "DELETE FROM activemq_msgs")  # the queue was drained
@@ -372,7 +372,7 @@ def test_a_row_committed_after_an_empty_snapshot_is_exported_once(
 def test_without_keep_msg_no_raw_bytes_are_archived(
     spark: Any, activemq_engine: Engine, tmp_path: Path
 ) -> None:
-    migrate.adopt(activemq_engine)  # with mqstore_history
+    takeover.adopt(activemq_engine)  # with mqstore_history
     execute(
         activemq_engine,
         "INSERT INTO mqstore_history (id, container, msgid_prod, msgid_seq, priority, "

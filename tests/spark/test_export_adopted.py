@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from mqstore import migrate
+from mqstore import takeover
 from spark_etl.export import export, load_watermarks, read_dataset
 from tests.spark.conftest import dsn_of, execute
 
@@ -28,7 +28,7 @@ def test_removals_before_the_database_was_adopted_are_kept_in_the_history(
     assert load_watermarks(tmp_path)["history_source"] == "snapshot-diff"
 
     execute(activemq_engine, "DELETE FROM activemq_msgs WHERE id IN (1, 7)")  # by ActiveMQ
-    migrate.adopt(activemq_engine)
+    takeover.adopt(activemq_engine)
     execute(  # consumed through mqstore, which records it
         activemq_engine,
         "WITH gone AS (DELETE FROM activemq_msgs WHERE id = 2 RETURNING *) "
