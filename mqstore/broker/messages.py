@@ -22,12 +22,16 @@ _JMS_SETTERS = frozenset(
     }
 )  # fmt: skip
 #: SEND headers with a meaning of their own; every other header becomes a String property
-#: (``content-type`` and ``amq-msg-type`` too, as ActiveMQ keeps them).
+#: (``content-type`` and ``amq-msg-type`` too, as ActiveMQ keeps them). ``JMSXUserID`` is
+#: dropped, as ActiveMQ's STOMP does (a sender must not name the user a message came from).
 _RESERVED = _JMS_SETTERS | {
     "destination", "content-length", "receipt", "transaction", "persistent",
     "priority", "expires", "correlation-id", "reply-to", "type", "message-id", "timestamp",
-    "subscription", "ack", "redelivered", "login", "passcode",
+    "subscription", "ack", "redelivered", "login", "passcode", "JMSXUserID", "transformation",
 }  # fmt: skip
+#: ``transformation`` header values this broker serves, and whether each is a TextMessage
+#: (on SUBSCRIBE they change nothing: each message is delivered in its own kind).
+TRANSFORMATIONS = {"jms-text": True, "jms-byte": False}
 #: MESSAGE headers the broker sets for each delivery, never taken from a property.
 _PER_DELIVERY = frozenset({"content-length", "subscription", "redelivered", "ack"})
 #: STOMP destination prefixes a reply-to may name (others stay a String property).
@@ -215,14 +219,32 @@ def _reply_destination(text: str) -> Destination | None:
     return None
 
 
+def unsupported_transformation(value: str, command: str) -> str:
+    """The refusal of a ``transformation`` header this broker does not serve."""
+    return (
+        f"unsupported transformation {value[:40]!r} on {command}: this broker serves "
+        f"{' and '.join(TRANSFORMATIONS)} only (no JMS map, object, XML or JSON "
+        "conversions); leave the header out for text or bytes as the frame says"
+    )
+
+
 def _is_text(frame: Frame) -> bool:
-    """Whether a SEND makes a TextMessage: ``amq-msg-type`` says so, else a body without
-    ``content-length`` is text (ActiveMQ's LegacyFrameTranslator)."""
+    """Whether a SEND makes a TextMessage: ``transformation`` (``jms-text``, ``jms-byte``) or
+    ``amq-msg-type`` says so, else a body without ``content-length`` is text (ActiveMQ's
+    LegacyFrameTranslator)."""
+    transformation = frame.get("transformation")
     kind = frame.get("amq-msg-type")
+    if kind is not None and kind.lower() not in ("text", "bytes"):
+        raise FrameError(f"unsupported amq-msg-type {kind!r}: use text or bytes")
+    if transformation is not None:
+        text = TRANSFORMATIONS.get(transformation)
+        if text is None:
+            raise FrameError(unsupported_transformation(transformation, "SEND"))
+        if kind is not None and (kind.lower() == "text") != text:
+            raise FrameError(f"transformation {transformation} contradicts amq-msg-type {kind}")
+        return text
     if kind is None:
         return "content-length" not in frame.headers
-    if kind.lower() not in ("text", "bytes"):
-        raise FrameError(f"unsupported amq-msg-type {kind!r}: use text or bytes")
     return kind.lower() == "text"
 
 

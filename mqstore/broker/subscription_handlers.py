@@ -8,7 +8,13 @@ import asyncio
 from mqstore.broker.durable import selector_way_out
 from mqstore.broker.frames import Frame
 from mqstore.broker.handler_state import HandlerState, protocol_error
-from mqstore.broker.messages import container_of, destination_options, stomp_name
+from mqstore.broker.messages import (
+    TRANSFORMATIONS,
+    container_of,
+    destination_options,
+    stomp_name,
+    unsupported_transformation,
+)
 from mqstore.broker.subscriptions import ACK_MODES, Consumer, Delivery
 from mqstore.store.model import Outcome, SubscriptionKey
 
@@ -44,6 +50,17 @@ class SubscriptionHandlers(HandlerState):
         durable = bool(name)
         if durable and not self.client_id:
             raise protocol_error("a durable subscription needs a client-id header on CONNECT")
+        transformation = frame.get("transformation")
+        if transformation is not None and transformation not in TRANSFORMATIONS:
+            raise protocol_error(unsupported_transformation(transformation, "SUBSCRIBE"))
+        no_local = (frame.get("activemq.noLocal") or "").lower() == "true"
+        if no_local and (durable or not is_topic):
+            where = "a durable subscription" if durable else "a queue"
+            raise protocol_error(
+                f"activemq.noLocal is not supported on {where} by this broker (ActiveMQ "
+                "evaluates it as a selector, and selectors are not supported): it is served "
+                "for non-durable /topic/ subscriptions only"
+            )
         browser = frame.get("browser") == "true"
         if browser and is_topic:
             raise protocol_error("browsing is only possible on queues")
@@ -63,6 +80,7 @@ class SubscriptionHandlers(HandlerState):
             self,  # type: ignore[arg-type]
             sub_id, container, "auto" if browser else ack, max(prefetch, 1),
             exclusive=exclusive == "true", browser=browser,
+            no_local=self.producer if no_local else None,
         )  # fmt: skip
         self.consumers[sub_id] = consumer
         try:

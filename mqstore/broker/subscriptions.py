@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from mqstore.broker.frames import encode_frame
 from mqstore.broker.messages import BrokerMessage, body_of, message_headers, sized
 from mqstore.broker.writer import Op
+from mqstore.openwire import ProducerId
 from mqstore.store.model import Outcome
 
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ class Consumer:
     prefetch: int
     exclusive: bool = False
     browser: bool = False
+    #: ``activemq.noLocal``: the producer of its own connection, whose messages it skips
+    no_local: ProducerId | None = None
     durable: DurableSub | None = None
     dest: Dispatcher | None = None
     in_flight: dict[str, Delivery] = field(default_factory=dict)  # by JMS message id

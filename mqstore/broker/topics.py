@@ -74,6 +74,8 @@ class Topic:
                 self.release_usage()
         cfg = self.broker.config
         for c in self.consumers:
+            if c.no_local is not None and c.no_local == msg.ow.producer_id:
+                continue  # activemq.noLocal: not its own connection's messages
             c.push(msg)
             if cfg.topic_pending_limit > 0:
                 self._drop_oldest(c, cfg.topic_pending_limit)
