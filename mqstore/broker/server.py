@@ -322,6 +322,15 @@ class Broker(Listener, DeadLetters, Maintenance):
                 )  # fmt: skip
                 await self.delete_durable(old.container, key.client_id, key.sub_name)
 
+    def durable_topics(self, client_id: str, name: str) -> list[str]:
+        """The topics where ``client_id`` has a durable subscription named ``name`` (one,
+        unless ActiveMQ stored it on several)."""
+        return sorted(
+            topic.container
+            for topic in self.topics.values()
+            if SubscriptionKey(topic.container, client_id, name) in topic.durables
+        )
+
     def unsubscribe(self, consumer: Consumer) -> None:
         """Detach a consumer; unacknowledged messages go back."""
         if consumer.dest is not None:

@@ -106,10 +106,7 @@ class SubscriptionHandlers(HandlerState):
             raise protocol_error(f"no subscription with {named} on this connection")
         container = ""
         if name:
-            dest = frame.get("destination")
-            container = container_of(dest) if dest else consumer.container if consumer else ""
-            if not self.client_id or not container.startswith("topic://"):
-                raise protocol_error("removing a durable subscription needs client-id and a topic")
+            container = self._durable_topic(frame, name, consumer)
             await self._refuse_durable_in_use(container, name, consumer)
         if found is not None and consumer is not None:
             del self.consumers[found]
@@ -120,9 +117,41 @@ class SubscriptionHandlers(HandlerState):
             kept = {id(d) for d in consumer.in_flight.values()}
             for tx in self.txs.values():
                 tx.forget([d for d in held if id(d) not in kept])
-        if name and self.client_id:
+        if name and self.client_id and container:
             await self.broker.delete_durable(container, self.client_id, name)
         self.receipt(frame)
+
+    def _durable_topic(self, frame: Frame, name: str, consumer: Consumer | None) -> str:
+        """The topic of the durable subscription ``name`` an UNSUBSCRIBE deletes: its
+        ``destination``, else the subscription's it ends, else the one topic where this
+        client has a subscription of that name (as ActiveMQ, which needs only client-id and
+        name); "" when it has none."""
+        if not self.client_id:
+            raise protocol_error(
+                f"UNSUBSCRIBE with activemq.subscriptionName {name!r} deletes a durable "
+                "subscription, which needs the client-id header on CONNECT that created it"
+            )
+        dest = frame.get("destination")
+        if dest:
+            container = container_of(dest)
+        elif consumer is not None:
+            container = consumer.container
+        else:
+            topics = self.broker.durable_topics(self.client_id, name)
+            if len(topics) > 1:
+                raise protocol_error(
+                    f"client {self.client_id!r} has a durable subscription {name!r} on "
+                    f"{len(topics)} topics ({', '.join(stomp_name(t) for t in topics)}): name "
+                    "the one to delete in a destination header"
+                )
+            return topics[0] if topics else ""
+        if not container.startswith("topic://"):
+            raise protocol_error(
+                f"UNSUBSCRIBE with activemq.subscriptionName {name!r} deletes a durable "
+                f"subscription of a topic, but names {stomp_name(container)}: give the "
+                "topic's /topic/ destination, or leave the destination header out"
+            )
+        return container
 
     def _subscription_named(self, frame: Frame, sub_id: str | None) -> str | None:
         """The id of the subscription an UNSUBSCRIBE names. STOMP 1.0 may name the
