@@ -28,7 +28,12 @@ FRAME_HEADROOM = 1024 * 1024
 
 
 class FrameError(Exception):
-    """A client sent something that is not a valid STOMP frame; the connection must close."""
+    """A client sent something that is not a valid STOMP frame; the connection must close.
+
+    ``receipt``: the ``receipt`` header of the frame at fault, when its headers were read
+    (its ERROR carries it as ``receipt-id``)."""
+
+    receipt: str | None = None
 
 
 class TooLargeError(FrameError):
@@ -203,6 +208,8 @@ class FrameParser:
             if len(self._buf) > self.limits.max_frame_size:
                 raise self.limits.frame_too_large()
         except FrameError as exc:
+            if exc.receipt is None and self._head is not None:
+                exc.receipt = self._head[1].get("receipt")
             if not frames:
                 raise
             self._error = exc
@@ -259,20 +266,29 @@ class FrameParser:
         if len(lines) - 1 > self.limits.max_headers:
             raise FrameError(f"too many headers (limit {self.limits.max_headers})")
         headers = self._headers(command, lines[1:])
-        length_text = headers.get("content-length")
-        length = None
-        if length_text is not None:
-            # Spaces around the digits are trimmed, as ActiveMQ's StompWireFormat does.
-            length_text = length_text.strip(" \t")
-            if not (length_text.isascii() and length_text.isdigit()):
-                raise FrameError(f"content-length must be a number of octets: {length_text[:40]!r}")
-            # int() refuses over 4300 digits (ValueError): a length that long is too large anyway
-            digits = length_text.lstrip("0") or "0"
-            length = int(digits) if len(digits) <= 18 else self.limits.max_frame_size + 1
-            if body_start + length > self.limits.max_frame_size:
-                raise self.limits.frame_too_large()
+        try:
+            length = self._content_length(headers, body_start)
+        except FrameError as exc:
+            exc.receipt = headers.get("receipt")
+            raise
         self._scan = body_start
         return command, headers, body_start, length
+
+    def _content_length(self, headers: dict[str, str], body_start: int) -> int | None:
+        """The frame's ``content-length``, within the frame limit (None: not given)."""
+        length_text = headers.get("content-length")
+        if length_text is None:
+            return None
+        # Spaces around the digits are trimmed, as ActiveMQ's StompWireFormat does.
+        length_text = length_text.strip(" \t")
+        if not (length_text.isascii() and length_text.isdigit()):
+            raise FrameError(f"content-length must be a number of octets: {length_text[:40]!r}")
+        # int() refuses over 4300 digits (ValueError): a length that long is too large anyway
+        digits = length_text.lstrip("0") or "0"
+        length = int(digits) if len(digits) <= 18 else self.limits.max_frame_size + 1
+        if body_start + length > self.limits.max_frame_size:
+            raise self.limits.frame_too_large()
+        return length
 
     def _check_partial_head(self) -> None:
         """Limits on incomplete headers, looking only at the bytes not looked at yet."""

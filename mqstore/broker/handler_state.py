@@ -58,7 +58,12 @@ class HandlerState:
     def receipt(self, frame: Frame) -> None: ...
     def wake_writer(self) -> None: ...
     def error(
-        self, message: str, frame: Frame | None = None, detail: str = "", level: int = logging.INFO
+        self,
+        message: str,
+        frame: Frame | None = None,
+        detail: str = "",
+        level: int = logging.INFO,
+        receipt: str | None = None,
     ) -> None: ...
 
     def gone(self) -> bool:

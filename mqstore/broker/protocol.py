@@ -269,11 +269,11 @@ class Connection(Handlers):
                     frames = self.parser.feed(data)
                 except TooLargeError as exc:
                     await self.settle_sends()  # the receipts of the frames before it come first
-                    self.error(str(exc), level=logging.WARNING)
+                    self.error(str(exc), level=logging.WARNING, receipt=exc.receipt)
                     return
                 except FrameError as exc:
                     await self.settle_sends()
-                    self.error(f"malformed frame: {exc}")
+                    self.error(f"malformed frame: {exc}", receipt=exc.receipt)
                     return
                 for frame in frames:
                     try:
@@ -306,13 +306,22 @@ class Connection(Handlers):
         return (len(self._out) >= frames or self._out_bytes >= size) and not self.closing
 
     def error(
-        self, message: str, frame: Frame | None = None, detail: str = "", level: int = logging.INFO
+        self,
+        message: str,
+        frame: Frame | None = None,
+        detail: str = "",
+        level: int = logging.INFO,
+        receipt: str | None = None,
     ) -> None:
         """Queue an ERROR frame and mark the connection for closing; log it at ``level``
-        (WARNING: a refusal an operator may act on, such as a message over the size limit)."""
+        (WARNING: a refusal an operator may act on, such as a message over the size limit).
+        Its ``receipt-id`` is the ``receipt`` of ``frame``, else ``receipt`` (the header of
+        a frame that was not parsed whole)."""
         headers = [("message", message), ("content-type", "text/plain")]
         if frame is not None and frame.get("receipt") is not None:
-            headers.append(("receipt-id", frame.headers["receipt"]))
+            receipt = frame.headers["receipt"]
+        if receipt is not None:
+            headers.append(("receipt-id", receipt))
         log.log(level, "STOMP error to %s (%s): %s", self.peer, self.login or "-", message)
         body = (detail or message).encode("utf-8")
         self.send_frame(encode_frame("ERROR", headers, body, self.version))
