@@ -144,10 +144,12 @@ class DurableSub:
         self.kick()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        """The subscriber went away; unacked messages are re-read from the store later."""
+        """The subscriber went away; unacked messages are re-read from the store later
+        (counted as a redelivery unless the store refused its connection)."""
         consumer.closed = True
         for d in list(consumer.in_flight.values()):
             consumer.settle(d)
+            self._uncounted(d)
         if self.consumer is consumer:
             self.consumer = None
             self.pending.clear()
@@ -392,6 +394,15 @@ class DurableSub:
         self.pending.extendleft(reversed(back))
         self.kick()
 
+    def _uncounted(self, d: Delivery) -> bool:
+        """Whether ``d``'s connection was closed by the store's refusal: then its message
+        comes again with the redelivery counter it was sent with (marked redelivered)."""
+        if not d.consumer.conn.store_refused:
+            return False
+        if d.msg.store_id is not None:
+            self.delivered[d.msg.store_id] = d.msg.redelivery_counter
+        return True
+
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Aborted acks: the subscriber gets the messages again, in the order they were first
         delivered whatever the order of the acks (or the DLQ past the limit)."""
@@ -399,10 +410,11 @@ class DurableSub:
         poison: list[BrokerMessage] = []
         for d in sorted(deliveries, key=delivery_order, reverse=True):
             d.consumer.settle(d)
+            refused = self._uncounted(d)
             if d.consumer.closed or self.consumer is not d.consumer:
                 continue
-            copy = d.msg.with_redelivery()
-            if policy.exceeded(copy.redelivery_counter):
+            copy = d.msg.marked_redelivered() if refused else d.msg.with_redelivery()
+            if not refused and policy.exceeded(copy.redelivery_counter):
                 poison.append(copy)
             else:
                 self.pending.appendleft(copy)

@@ -38,6 +38,9 @@ class HandlerState:
     version: str
     connected: bool
     closing: bool
+    #: The store refused one of its frames for trouble of its own (its database or journal
+    #: away, the lock lost): what it held comes back uncounted as a redelivery.
+    store_refused: bool
     client_id: str | None
     login: str | None
     consumers: dict[str, Consumer]
@@ -66,6 +69,13 @@ class HandlerState:
         receipt: str | None = None,
     ) -> None: ...
 
+    def refusal(self, exc: BaseException) -> str:
+        """What an ERROR says about ``exc`` (:func:`for_client`); a refusal for the store's
+        own trouble marks the connection :attr:`store_refused`."""
+        if isinstance(exc, STORE_TROUBLE):
+            self.store_refused = True
+        return for_client(exc)
+
     def gone(self) -> bool:
         raise NotImplementedError  # provided by Connection
 
@@ -81,6 +91,12 @@ class HandlerState:
         if tx is None:
             raise protocol_error(f"transaction {tx_id!r} was not begun on this connection")
         return tx
+
+
+#: Refusals for the store's own trouble, not the client's: the messages a connection closed
+#: by one held come back marked redelivered but count no redelivery (else an outage would
+#: send healthy messages to the DLQ).
+STORE_TROUBLE = (DatabaseUnavailableError, LockError, JournalUnavailableError)
 
 
 def for_client(exc: BaseException) -> str:

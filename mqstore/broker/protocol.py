@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, cast
 
 from mqstore.broker.closing import close_after_output
 from mqstore.broker.frames import Frame, FrameError, FrameParser, TooLargeError, encode_frame
-from mqstore.broker.handler_state import for_client
 from mqstore.broker.handlers import Handlers
 from mqstore.broker.subscriptions import Consumer, Delivery
 from mqstore.broker.transactions import Transaction
@@ -56,6 +55,7 @@ class Connection(Handlers):
         self.parser = FrameParser(broker.config.limits)
         self.connected = False
         self.closing = False  # no more frames are read
+        self.store_refused = False
         self._errored = False  # an ERROR frame was sent: nothing else is
         self._finished = False  # cleanup done: the write loop ends once it has written all
         #: Set once cleanup detached the consumers (a reconnect of the client waits for it).
@@ -281,7 +281,7 @@ class Connection(Handlers):
                     except (ProtocolError, FrameError, MqstoreError) as exc:
                         await self.settle_sends()  # their receipts come before the ERROR
                         level = logging.WARNING if isinstance(exc, TooLargeError) else logging.INFO
-                        self.error(for_client(exc), frame, level=level)
+                        self.error(self.refusal(exc), frame, level=level)
                         return
                     if self.closing:
                         return

@@ -387,12 +387,18 @@ class Queue:
         asyncio.get_running_loop().call_later(UNSETTLED_RETRY_S, back)
 
     def give_back(self, deliveries: list[Delivery]) -> None:
-        """Unacknowledged deliveries return with redelivery counter + 1 (or go to the DLQ)."""
+        """Unacknowledged deliveries return with redelivery counter + 1 (or go to the DLQ);
+        those of a connection the store refused return as :meth:`unsettled` ones do, marked
+        redelivered, uncounted."""
         policy = self.broker.config.redelivery
         poison: list[BrokerMessage] = []
         updates: list[tuple[str, int, bytes]] = []
+        uncounted: list[BrokerMessage] = []
         for d in deliveries:
             d.consumer.settle(d)
+            if d.consumer.conn.store_refused:
+                uncounted.append(d.msg)
+                continue
             copy = d.msg.with_redelivery()
             if policy.exceeded(copy.redelivery_counter):
                 poison.append(copy)
@@ -408,6 +414,8 @@ class Queue:
             self.broker.writer_submit(Op(updates=updates), None)
         if poison:
             self.broker.dead_letter(self, poison, Outcome.DEAD_LETTERED)
+        if uncounted:
+            self.unsettled(uncounted, delivered=True)
         self.kick()
 
     def stats(self) -> dict[str, int]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from mqstore.broker.flow import Limited, waited
 from mqstore.broker.frames import Frame
-from mqstore.broker.handler_state import HandlerState, for_client, protocol_error
+from mqstore.broker.handler_state import HandlerState, protocol_error
 from mqstore.broker.messages import BrokerMessage, container_of, from_send
 from mqstore.broker.subscriptions import MESSAGE_OVERHEAD, Delivery
 from mqstore.broker.transactions import Transaction
@@ -88,7 +88,7 @@ class SendHandlers(HandlerState):
                 self._settled.set()
             if exc is not None or not ids:
                 broker.usage.release(msg.size)
-                why = for_client(exc) if exc is not None else "the store returned no ID"
+                why = self.refusal(exc) if exc is not None else "the store returned no ID"
                 self.error(f"the message could not be stored: {why}", frame)
                 return
             broker.stored(msg, ids[0])

@@ -28,6 +28,8 @@ class Outbound(Protocol):
 
     version: str
     peer: str
+    #: The store refused one of its frames for its own trouble (see ``HandlerState``).
+    store_refused: bool
 
     def room(self) -> int:
         """How many more MESSAGE frames may be queued for writing."""

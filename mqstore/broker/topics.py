@@ -192,8 +192,8 @@ class Topic:
         poison: list[BrokerMessage] = []
         for d in sorted(deliveries, key=delivery_order, reverse=True):
             d.consumer.settle(d)
-            if d.consumer.closed:
-                continue
+            if d.consumer.closed or d.consumer.conn.store_refused:
+                continue  # a closing subscriber's messages go with it
             copy = d.msg.with_redelivery()
             if policy.exceeded(copy.redelivery_counter):
                 poison.append(copy)
