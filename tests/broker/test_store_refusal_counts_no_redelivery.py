@@ -91,3 +91,62 @@ def test_messages_of_a_connection_closed_by_a_store_refusal_stay_off_the_dlq(
     assert wait_until(lambda: store.count("queue://work") == 0)
     assert store.count(DLQ) == 0
     cons.disconnect()
+
+
+def _durable_ack_refused(port: int) -> None:
+    """Attach durable subscription s, receive all three, ACK m0 with a receipt and see the
+    store refuse it (ERROR)."""
+    cons, col = connect(port, client_id="c1")
+    cons.subscribe(
+        "/topic/t", id="1", ack="client-individual",
+        headers={"activemq.subscriptionName": "s"},
+    )  # fmt: skip
+    got = {m.body: m for m in col.wait_messages(3, timeout=15)}
+    assert sorted(got) == BODIES
+    cons.ack(got["m0"].headers["ack"], receipt="acked")
+    assert col.wait(lambda: bool(col.errors), timeout=15)
+    assert "store is unavailable" in col.errors[0].headers["message"]
+
+
+def test_a_durable_subscription_closed_by_store_refusals_keeps_its_messages_off_the_dlq(
+    pg_broker: BrokerThread, engine: Engine
+) -> None:
+    cons, col = connect(pg_broker.port, client_id="c1")
+    cons.subscribe("/topic/t", id="1", headers={"activemq.subscriptionName": "s"}, receipt="sub")
+    assert col.wait(lambda: "sub" in col.receipts)
+    cons.disconnect(receipt="gone")
+    prod, _ = connect(pg_broker.port)
+    for n, body in enumerate(BODIES):
+        prod.send("/topic/t", body, headers=P, receipt=f"s{n}")
+    prod.disconnect(receipt="bye")
+    with engine.begin() as conn:  # every ACK of the subscription loses its session
+        conn.execute(
+            sa.text(
+                "CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE CONSTRAINT TRIGGER end_at_commit AFTER UPDATE ON activemq_acks "
+                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_session()"
+            )
+        )
+    for _ in range(2):  # the maximum is 1 redelivery
+        _durable_ack_refused(pg_broker.port)
+
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TRIGGER end_at_commit ON activemq_acks"))
+    cons, col = connect(pg_broker.port, client_id="c1")
+    cons.subscribe(
+        "/topic/t", id="1", ack="client-individual",
+        headers={"activemq.subscriptionName": "s"},
+    )  # fmt: skip
+    back = col.wait_messages(3, timeout=15)
+    assert sorted(m.body for m in back) == BODIES
+    assert {m.headers["redelivered"] for m in back} == {"true"}
+    for n, m in enumerate(back):
+        cons.ack(m.headers["ack"], receipt=f"a{n}")
+    assert col.wait(lambda: {"a0", "a1", "a2"} <= set(col.receipts), timeout=15), col.errors
+    assert pg_broker.store.count(DLQ) == 0
+    cons.disconnect()
