@@ -78,11 +78,14 @@ class FrameWalker:
     """Iterate the valid frames of a segment's bytes; ``problem`` is set where it stops.
 
     ``problem`` is ``(offset, reason, torn_shaped)``; torn-shaped damage is a torn tail if
-    the segment is the last one. A whole frame that does not check out is torn-shaped only
-    with nothing but zeros after it and a zero sector inside it (:func:`zero_sector`): a
-    write the process made lands whole in the page cache even if the process is killed, so
-    only a power loss or OS crash tears one, before it was synced (acknowledged), leaving
-    sectors of it unwritten. Without that mark, it is a complete record damaged since.
+    the segment is the last one. A file ending inside a frame is never torn-shaped: the
+    writer makes room durable (zero-filled, synced) before it writes a record into it, so
+    only a file cut short afterwards ends inside one. A whole frame that does not check out
+    is torn-shaped only with nothing but zeros after it and a zero sector inside it
+    (:func:`zero_sector`): a write the process made lands whole in the page cache even if
+    the process is killed, so only a power loss or OS crash tears one, before it was synced
+    (acknowledged), leaving sectors of it unwritten. Without that mark, it is a complete
+    record damaged since.
     """
 
     def __init__(self, view: memoryview, start: int = HEADER_SIZE) -> None:
@@ -96,7 +99,9 @@ class FrameWalker:
         view, pos, size = self.view, self.start, len(self.view)
         while pos < size:
             if size - pos < FRAME_OVERHEAD:
-                self.problem = (pos, f"incomplete record header ({size - pos} bytes)", True)
+                # Zeros are the writer's space ahead; anything else is a record cut short.
+                cut = f"incomplete record header ({size - pos} bytes)"
+                self.problem = (pos, cut, all_zero(view[pos:]))
                 return
             length, rtype = FRAME_HEAD.unpack_from(view, pos)
             end = pos + FRAME_OVERHEAD + length
@@ -104,8 +109,11 @@ class FrameWalker:
                 self.problem = (pos, f"{size - pos} zero bytes", True)
                 return
             if end > size:
+                # Never torn-shaped: the writer writes a record only into space it has
+                # zero-filled and synced first (journal.writer), so no crash leaves the file
+                # ending inside one; a file cut short since may have lost acknowledged ones.
                 runs_on = f"record of {length} bytes runs past end of file"
-                self.problem = (pos, runs_on, _nothing_follows(view, pos))
+                self.problem = (pos, runs_on, False)
                 return
             reason = None
             if rtype not in RECORD_TYPES:

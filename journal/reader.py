@@ -4,7 +4,6 @@ Torn tail vs. corruption: only the end of the *last* segment can hold a record t
 being written when the process or machine stopped, and such a record was never
 acknowledged. In the last segment these are a torn tail and are truncated on open:
 
-* an incomplete frame header, or a frame whose length runs past the end of the file;
 * a frame that fits but has a bad CRC (or type), only zero bytes, if any, after it, and one
   of the 512-byte sectors it spans (aligned on file offsets) all zeros: a write a power loss
   or OS crash cut short, never synced. Without a zero sector it is a complete record damaged
@@ -14,8 +13,14 @@ acknowledged. In the last segment these are a torn tail and are truncated on ope
 * a last segment shorter than its header or with an all-zero header, or flagged to start
   with a seal and holding no valid record at all (crash while creating it).
 
-The first two only when no valid record follows: a damaged length field makes a record in
+The first only when no valid record follows: a damaged length field makes a record in
 the middle look like one that runs on, and the records after it were acknowledged.
+
+A file ending inside a record (its header or its length running past the end) is never a
+torn tail: the writer writes records only into space it zero-filled and synced first, so
+no crash leaves that shape; the file was cut short since, and what was cut may have been
+acknowledged. (A journal the sync policy ``never`` wrote, or an earlier build without that
+rule, can show it after a crash too; ``repair`` cuts it.)
 
 Anything else (a bad frame with valid-looking data after it, any bad frame in an earlier
 segment, a bad segment header, a gap in segment numbers, an earlier segment holding no
@@ -254,7 +259,12 @@ def recover_tail(scan: LogScan) -> RecoveryReport | None:
         scan.segments[-1].size = damage.offset
         scan.segments[-1].damage = None
         report = RecoveryReport(
-            damage.segment, damage.path, damage.offset, damage.bytes_after, damage.reason
+            damage.segment,
+            damage.path,
+            damage.offset,
+            damage.bytes_after,
+            damage.reason,
+            free_space=damage.free_space,
         )
     scan.damage = None
     # Zero bytes past the last record are the writer's preallocated space, not lost data.

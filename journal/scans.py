@@ -38,7 +38,9 @@ class Damage:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryReport:
-    """What ``Journal.open`` dropped from a torn tail (only unacknowledged writes)."""
+    """What ``Journal.open`` dropped from a torn tail: the writer's zero-filled space
+    (``free_space``), or bytes shaped like a write a crash cut short before it was synced,
+    which damage done since could look like too."""
 
     segment: int
     path: Path
@@ -46,12 +48,21 @@ class RecoveryReport:
     dropped_bytes: int
     reason: str
     removed_file: bool = False
+    free_space: bool = False
 
     def __str__(self) -> str:
         what = "removed the segment file" if self.removed_file else f"truncated at {self.offset}"
+        if self.free_space:
+            why = "the writer's zero-filled space after its last record, no record in it"
+        else:
+            why = (
+                "shaped like a write a crash cut short before it was synced, never "
+                "acknowledged; if the file was damaged since instead, acknowledged records "
+                "were in it"
+            )
         return (
             f"journal torn tail in {self.path}: {what}, dropped {self.dropped_bytes} "
-            f"bytes ({self.reason}); only unacknowledged writes can be there"
+            f"bytes ({self.reason}): {why}"
         )
 
 

@@ -211,6 +211,8 @@ class Journal:
             return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         start = self._offset
+        if start + length > self._allocated:
+            self._allocate_locked(start + length)
         try:
             done = 0
             while done < length:
@@ -232,30 +234,53 @@ class Journal:
                 f"the record was not written"
             ) from exc
         self._offset = start + length
-        if self._offset > self._allocated:
-            self._preallocate_locked()
         self._written = Position(self._segment, self._offset)
         self._records += len(pending)
         self._seg_records += len(pending)
         self._bytes += length
 
-    def _preallocate_locked(self) -> None:
-        """Zero-fill the next stretch of the segment ahead of the writes.
+    def _allocate_locked(self, need: int) -> None:
+        """Zero-fill the segment up to ``need`` or beyond and make its new size durable.
 
-        Overwriting already-allocated blocks lets fdatasync flush data only, instead of the
-        file size and block map with every record (about half the cost per sync). Readers
-        treat the zeros after the last record as free space; sealed segments are trimmed.
+        Records are written only into room made so: neither a killed process nor a power
+        loss leaves the file ending inside a record, so a file that does was cut short
+        since, and readers refuse it instead of taking it for a torn write. Overwriting
+        allocated blocks also lets fdatasync flush data only, instead of the file size and
+        block map with every record. Readers treat the zeros after the last record as free
+        space; sealed segments are trimmed. With no room even for ``need``, the zeros are
+        cut off again and :class:`JournalFullError` raised: nothing was written.
         """
-        end = min(max(self.segment_size, self._offset), self._offset + PREALLOCATE_BYTES)
-        if end <= self._offset:
-            self._allocated = self._offset
-            return
-        try:
-            os.pwrite(self._fd, bytes(end - self._offset), self._offset)
+        start = self._allocated
+        ahead = min(max(self.segment_size, need), need + PREALLOCATE_BYTES)
+        for end in dict.fromkeys((ahead, need)):
+            try:
+                zeros = memoryview(bytes(end - start))
+                done = 0
+                while done < len(zeros):
+                    done += os.pwrite(self._fd, zeros[done:], start + done)
+            except OSError as exc:
+                try:
+                    os.ftruncate(self._fd, start)
+                except OSError:
+                    pass
+                else:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        continue
+                self._fail_locked(exc)
+                raise JournalError(f"journal {self.directory}: write failed: {exc}") from exc
+            if self.sync_policy.mode != "never":  # that one promises nothing on a crash
+                try:
+                    os.fdatasync(self._fd)  # the new size too: needed to read the data
+                except OSError as exc:
+                    self._fail_locked(exc)
+                    raise JournalError(f"journal {self.directory}: fsync failed: {exc}") from exc
+                self._fsyncs += 1
             self._allocated = end
-        except OSError:
-            os.ftruncate(self._fd, self._offset)  # no room ahead: write as we go
-            self._allocated = self._offset
+            return
+        raise JournalFullError(
+            f"no space left on the device of journal {self.directory}; free space, "
+            f"the record was not written"
+        )
 
     def _trim_locked(self) -> bool:
         """Cut the active segment's preallocated tail (the caller syncs); True if it did."""

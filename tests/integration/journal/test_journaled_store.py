@@ -310,9 +310,12 @@ def test_a_crashed_journal_missing_its_newest_segment_is_refused_until_repaired(
     assert [r.msgid_seq for r in store.page(Q, None, 1000)] == kept
 
 
-def test_torn_tail_at_every_offset_of_the_last_record(
+def test_a_last_record_cut_short_at_every_offset_is_refused_until_repaired(
     make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
 ) -> None:
+    """The writer writes records only into space it zero-filled and synced first, so a file
+    ending inside its last record was cut since, and that record may have been
+    acknowledged: start-up refuses, applying nothing, and after ``repair`` replays the rest."""
     original = tmp_path / "original"
     crashed_journal(make_journaled, original, 3, Q)
     [segment] = sorted(original.glob("*.wal"))
@@ -330,13 +333,20 @@ def test_torn_tail_at_every_offset_of_the_last_record(
         columns = ", ".join(left)
         values = ", ".join(f":{c}" for c in left)
         conn.execute(sa.text(f"INSERT INTO mqstore_journal ({columns}) VALUES ({values})"), left)
-    for cut in range(record, len(data)):
+    for cut in range(record + 1, len(data)):
         copy = tmp_path / f"cut{cut}"
         shutil.copytree(original, copy)
         (copy / segment.name).write_bytes(data[:cut])
-        store = make_journaled(copy)
-        assert [r.msgid_seq for r in store.page(Q, None, 10)] == [0, 1]
-        store.stop(checkpoint=False)
+        with pytest.raises(JournalUnusableError, match="repair") as info:
+            make_journaled(copy)
+        assert isinstance(info.value.__cause__, JournalCorruptError)
+        assert info.value.__cause__.offset == record
+        assert count_rows(engine, "activemq_msgs") == 0
+        if cut == len(data) - 1:
+            repair(copy, dry_run=False)
+            store = make_journaled(copy)
+            assert [r.msgid_seq for r in store.page(Q, None, 10)] == [0, 1]
+            store.stop(checkpoint=False)
         shutil.rmtree(copy)
 
 
