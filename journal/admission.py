@@ -4,7 +4,8 @@ A new message is refused when its (destination, producer, sequence) is already s
 in the pending state, reserved by a write in flight, or in the database -- as the unique
 index would refuse it there. A removal is claimed by exactly one write, and only when it
 hits a message that is stored (pending or visible in the database). Reservations and
-claims last until the write that made them is applied (:meth:`Admission.release`).
+claims last until the write that made them is applied (:meth:`Admission.release`); only
+then do its sequences count as seen.
 """
 
 from __future__ import annotations
@@ -71,7 +72,6 @@ class Admission:
                         f"destination ({key[1]}:{key[2]} in {key[0]}); nothing was added"
                     )
             self._reserved.update(keys)
-            self._raise_ceilings(keys)
         return keys
 
     def stored_elsewhere(self, adds: Sequence[NewMessage]) -> None:
@@ -142,9 +142,16 @@ class Admission:
                     )
         return out
 
-    def release(self, keys: list[Key], claims: Claims) -> None:
-        """Forget a write's reservations and claims (it was applied, or it failed)."""
+    def release(self, keys: list[Key], claims: Claims, *, written: bool) -> None:
+        """Forget a write's reservations and claims (it was applied, or it failed).
+
+        Only a ``written`` write's sequences count as seen: raised for one that failed,
+        a producer's ceiling would send its next add, even that very message again, to the
+        database for a duplicate check, which fails while the database is away.
+        """
         with self._lock:
+            if written:
+                self._raise_ceilings(keys)
             self._reserved.difference_update(keys)
             for group in claims.values():
                 self._claimed.difference_update(group)

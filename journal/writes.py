@@ -126,6 +126,7 @@ class JournaledWrites(MergedReads):
             ids: list[int] = []
             keys: list[Key] = []
             claimed: Claims = {}
+            written = False
             try:
                 keys = self._admission.reserve(adds, wait=wait) if adds else []
                 claimed = self._admission.claim(removes, wait=wait) if removes else {}
@@ -159,11 +160,12 @@ class JournaledWrites(MergedReads):
                     for a in acks
                 ]
                 removed = self._append(ops) if ops else 0
+                written = True
             finally:
                 if ids:
                     with self._lock:
                         self._inflight.pop(ids[0], None)
-                self._admission.release(keys, claimed)
+                self._admission.release(keys, claimed, written=written)
         self._counters["added"] += len(ids)
         self._counters["removed"] += removed
         self._counters["acked"] += len(acks)

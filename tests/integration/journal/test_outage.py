@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from mqstore.errors import MqstoreError
+from mqstore.store.model import Batch, Removal
 from tests.conftest import Databases, count_rows, database_away
 from tests.integration.conftest import msg
 from tests.integration.journal.conftest import JournaledFactory
@@ -54,3 +55,20 @@ def test_a_stop_while_the_database_is_away_keeps_the_journal_for_the_next_start(
     assert [m.id for m in again.page(Q, None, 10)] == ids
     again.checkpoint()
     assert count_rows(engine, "activemq_msgs") == 1
+
+
+def test_a_send_refused_with_the_removal_it_came_with_is_taken_alone_while_the_database_is_away(
+    make_journaled: JournaledFactory, engine: Engine, databases: Databases
+) -> None:
+    """A merged batch whose removal of a checkpointed message needs the database fails in
+    an outage; the send it held, retried alone, still needs no database."""
+    store = make_journaled()
+    [stored] = store.add([msg(Q, 1)])
+    store.checkpoint()  # in the database now: removing it needs the database
+    with database_away(engine, databases):
+        with pytest.raises(MqstoreError):
+            store.commit(Batch(adds=[msg(Q, 2)], removes=[Removal(Q, stored)]))
+        [sent] = store.commit(Batch(adds=[msg(Q, 2)]))
+    assert [m.id for m in store.page(Q, None, 10)] == [stored, sent]
+    store.checkpoint()
+    assert count_rows(engine, "activemq_msgs") == 2
