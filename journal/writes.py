@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from journal.admission import Admission, Claims, Key
-from journal.errors import JournalError
+from journal.errors import JournalError, JournalFullError
 from journal.format import Position
 from journal.reads import MergedReads
 from journal.records import AckSubscription, AddMessage, Op, RemoveMessages
@@ -88,6 +88,9 @@ class JournaledWrites(MergedReads):
         entry = _Applying(ops)
         try:
             end = self.journal.append(ops, on_written=lambda: self._applying.append(entry))
+        except JournalFullError as exc:
+            self._wake.set()  # a checkpoint releases segments: room for the next write
+            raise JournalWriteError(str(exc)) from exc
         except JournalError as exc:
             raise JournalWriteError(str(exc)) from exc
         with self._lock:
