@@ -191,6 +191,12 @@ class Lifecycle(Checkpoints):
         self, stored: Position, *, no_record_ends_there: bool = False
     ) -> JournalBehindDatabaseError:
         journal = self.journal
+        try:  # read before this start marks the journal running again
+            stopped = self.pg.read(
+                lambda conn: runs.stopped_at(conn, self.pg.schema, self.journal_id)
+            )
+        except DatabaseUnavailableError:
+            stopped = None  # then worded as if it had not stopped cleanly
         return JournalBehindDatabaseError.describe(
             journal_id=self.journal_id,
             directory=self.journal_dir,
@@ -199,6 +205,7 @@ class Lifecycle(Checkpoints):
             start=journal.start_position,
             end=journal.position,
             no_record_ends_there=no_record_ends_there,
+            stopped_at_ms=stopped,
         )
 
     def stop(self, *, checkpoint: bool = True) -> None:

@@ -125,15 +125,38 @@ class RepairPlan:
                 "database already"
             )
             return "\n".join(lines)
-        types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
-        stretches = sum(a.action not in (HEADER, MARK) for a in self.actions)
-        cut = f", {self.cut_records} record(s) cut away" if self.cut_records else ""
-        lines.append(
-            f"lost: whatever records the {self.lost_bytes} unreadable bytes held ({stretches} "
-            f"place(s)){cut}, and {self.lost_records} readable records"
-            + (f" ({types})" if types else "")
-        )
+        lines.append(self._lost())
         return "\n".join(lines)
+
+    @property
+    def places(self) -> int:
+        """The places changed: every action but the padding that fills a stand-in made for
+        a missing segment (the same place as making it)."""
+        made = {a.file for a in self.actions if a.action == CREATE}
+        return sum(not (a.action in (FILL, MARK) and a.file in made) for a in self.actions)
+
+    def _lost(self) -> str:
+        """The summary line of what the repair loses (or lost, once applied)."""
+        filled = {a.file for a in self.actions if a.action == FILL}
+        missing = [a.file for a in self.actions if a.action == CREATE and a.file not in filled]
+        parts = []
+        if missing:  # nothing says how many records a missing segment without a seal held
+            parts.append(
+                f"every record of the missing segment(s) {', '.join(missing)} (how many, "
+                "nothing left in the directory tells)"
+            )
+        if self.cut_records:
+            parts.append(f"{self.cut_records} record(s) cut away or missing, as seals count")
+        unreadable = self.lost_bytes - sum(
+            a.end - a.offset for a in self.actions if a.action in (FILL, MARK)
+        )
+        if unreadable > 0:
+            parts.append(f"whatever records the {unreadable} unreadable bytes held")
+        types = ", ".join(f"{k}={v}" for k, v in sorted(self.lost_ops_by_type.items()))
+        readable = f"{self.lost_records} readable records" + (f" ({types})" if types else "")
+        what = f"{', '.join(parts)}, and {readable}" if parts else readable
+        where = f"{self.places} place(s) {'repaired' if self.applied else 'to repair'}"
+        return f"lost: {what} ({where})"
 
 
 def _number(file: str) -> int | None:

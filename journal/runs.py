@@ -84,6 +84,14 @@ def mark_stopped(conn: Connection, schema: StoreSchema, journal_id: str) -> None
     )
 
 
+def stopped_at(conn: Connection, schema: StoreSchema, journal_id: str) -> int | None:
+    """When the broker on ``journal_id`` stopped (ms since the epoch), as its row records:
+    None while it runs or has no row."""
+    j = schema.journal.c
+    row = conn.execute(sa.select(j.stopped_at).where(j.journal_id == journal_id)).first()
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def forget(conn: Connection, schema: StoreSchema, journal_id: str) -> bool:
     """Accept the loss of what ``journal_id`` held beyond its last checkpoint: stamp it as
     stopped (if it comes back, a start on it still replays it). False if it had no

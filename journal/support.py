@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,17 +40,34 @@ class JournalBehindDatabaseError(StoreError):
         start: Position,
         end: Position,
         no_record_ends_there: bool = False,
+        stopped_at_ms: int | None = None,
     ) -> JournalBehindDatabaseError:
         """The refusal for checkpoint ``stored`` and a journal covering ``start..end``
-        (``no_record_ends_there``: it covers ``stored``, but ``stored`` falls inside a record)."""
+        (``no_record_ends_there``: it covers ``stored``, but ``stored`` falls inside a record;
+        ``stopped_at_ms``: when the database recorded the journal's broker stopping)."""
         found = f"the database holds checkpoint {stored} of journal {journal_id}, but "
         forget = f"`mqstore journal forget {journal_id} --yes`"
+        unhelpful = (
+            f"Deleting the journal's row from {table} instead does not help: a journal "
+            "holding records without its row is refused."
+        )
         fresh = (
             f"run {forget} (it finds nothing to forget if the broker had stopped cleanly), "
             f"then move {directory} away (keep it) and start with an empty journal "
-            f"directory, which gets a new journal id. Deleting the journal's row from {table} "
-            "instead does not help: a journal holding records without its row is refused."
+            f"directory, which gets a new journal id. " + unhelpful
         )
+        if stopped_at_ms is not None:
+            return cls(
+                found
+                + _behind(directory, stored, start, end, no_record_ends_there)
+                + f". Its broker stopped cleanly at {_utc(stopped_at_ms)}, as the database "
+                f"records, its last checkpoint ({stored}) applying every write it had "
+                "acknowledged: nothing acknowledged is lost (unless that stop on record is "
+                f"{forget} accepting a loss), and what this directory holds is in the "
+                f"database already. Move {directory} away (keep it) and start with an empty "
+                "journal directory, which gets a new journal id; nothing needs forgetting. "
+                + unhelpful
+            )
         if no_record_ends_there:
             return cls(
                 found + f"no record of the journal in {directory} ends there: the directory "
@@ -80,6 +98,32 @@ class JournalBehindDatabaseError(StoreError):
             "again). Everything the journal still holds is already in the database, so "
             "going on without the rest loses nothing more: " + fresh
         )
+
+
+def _behind(
+    directory: Path, stored: Position, start: Position, end: Position, no_record_ends_there: bool
+) -> str:
+    """How the journal in ``directory`` misses checkpoint ``stored``."""
+    if no_record_ends_there:
+        return (
+            f"no record of the journal in {directory} ends there: the directory holds "
+            "another history of this journal (a copy taken before `mqstore journal repair` "
+            "cut the log, or an older copy restored over it)"
+        )
+    if stored.segment < start.segment:
+        return (
+            f"the journal in {directory} starts at {start}, after it: segments "
+            f"{stored.segment} to {start.segment - 1} are missing"
+        )
+    return (
+        f"the journal in {directory} ends at {end}, before it: its newest segments were "
+        "deleted, `mqstore journal repair` cut the log, or the directory was reset or "
+        "restored from an older copy"
+    )
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
 class JournalRowMissingError(StoreError):

@@ -60,10 +60,19 @@ CHECKPOINT_NOTE = (
 )
 
 
+#: ``journal inspect``'s exit code when it found damage (a torn tail start-up would cut,
+#: corruption it refuses, missing segments); 0 means none, 2 that it could not read.
+DAMAGE_FOUND = 1
+
+
 @journal_app.command("inspect")
 def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
     """Segments, record and operation counts by type, and any damage found (the checkpoint
-    position is kept in the database: `mqstore stats` shows it)."""
+    position is kept in the database: `mqstore stats` shows it).
+
+    Exit codes: 0 no damage (zeros after the last record are the writer's free space), 1
+    damage found (reported, also with --json), 2 the journal could not be read.
+    """
 
     def body() -> None:
         from journal import JournalError, inspect
@@ -79,9 +88,11 @@ def journal_inspect(directory: JournalDirArg, as_json: JsonOpt = False) -> None:
             data.pop(key, None)
         if as_json:
             emit(json.dumps(data, indent=2, default=str))
-            return
-        for line in _inspect_lines(data):
-            console.print(line, highlight=False, soft_wrap=True)
+        else:
+            for line in _inspect_lines(data):
+                console.print(line, highlight=False, soft_wrap=True)
+        if data["problem"] is not None:
+            raise typer.Exit(DAMAGE_FOUND)
 
     run(body)
 
@@ -134,10 +145,10 @@ def journal_repair(
             plan = repair(directory, dry_run=True)
             if plan.problem is not None:
                 applied = _applied_position(directory, dsn, table_prefix, data_dir)
-                plan = repair(directory, dry_run=True, database_position=applied)
+                # an intact journal is left alone
+                plan = repair(directory, dry_run=dry_run, database_position=applied)
             console.print(plan.describe(), highlight=False, soft_wrap=True)
-            if not dry_run and plan.problem is not None:  # an intact journal is left alone
-                repair(directory, dry_run=False)
+            if plan.applied:
                 console.print("repaired")
         except JournalError as exc:
             raise MqstoreError(str(exc)) from None

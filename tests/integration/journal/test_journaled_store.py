@@ -165,6 +165,33 @@ def test_journal_behind_the_database_is_refused(
         make_journaled(directory)
 
 
+def test_an_older_copy_of_a_cleanly_stopped_journal_is_refused_saying_nothing_is_lost(
+    make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
+) -> None:
+    """Its broker stopped cleanly, its last checkpoint applying everything: an older copy
+    of its directory ends before that checkpoint, but no acknowledged write is lost."""
+    directory = tmp_path / "j"
+    store = make_journaled(directory)
+    store.add([msg(Q, 0)])
+    store.stop()
+    shutil.copytree(directory, tmp_path / "older")
+    store = make_journaled(directory)
+    store.add([msg(Q, 1)])
+    store.stop()
+    shutil.rmtree(directory)
+    (tmp_path / "older").rename(directory)
+    with pytest.raises(JournalBehindDatabaseError) as info:
+        make_journaled(directory)
+    text = " ".join(str(info.value).split())
+    assert "stopped cleanly at" in text and "nothing acknowledged is lost" in text
+    assert "are lost" not in text and "journal forget" in text  # named only as the exception
+    assert f"Move {directory} away" in text
+    assert count_rows(engine, "activemq_msgs") == 2
+    directory.rename(tmp_path / "j.old")
+    again = make_journaled(directory)
+    assert [r.msgid_seq for r in again.page(Q, None, 10)] == [0, 1]
+
+
 def test_a_journal_whose_row_the_database_lost_is_refused(
     make_journaled: JournaledFactory, engine: Engine, tmp_path: Path
 ) -> None:
