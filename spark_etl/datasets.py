@@ -22,15 +22,16 @@ from .decode import with_decoded
 from .history import HISTORY_COLUMNS
 from .layout import ESCAPED, MAX_VALUE_BYTES, PARTITION_COLUMN, partition_value
 
-#: Parquet writer options for the files that hold message bodies (MSG and its text):
+#: Parquet writer options for the files that hold message bodies (MSG, its text or body):
 #: no dictionary encoding (hashing big, mostly unique values into a dictionary that overflows
 #: anyway costs ~10% of the write) and no min/max statistics (useless for bodies, and each
 #: new extreme is a copy of a body) for those two columns; and the row group's and the page's
 #: size checked from the first row instead of the 100th, which with 4 MiB messages meant
 #: 400 MiB buffered per open file before the writer first looked.
+_BODIES = ("msg", "text", "body")
 BODY_WRITER_OPTIONS = {
-    **{f"parquet.enable.dictionary#{col}": "false" for col in ("msg", "text")},
-    **{f"parquet.column.statistics.enabled#{col}": "false" for col in ("msg", "text")},
+    **{f"parquet.enable.dictionary#{col}": "false" for col in _BODIES},
+    **{f"parquet.column.statistics.enabled#{col}": "false" for col in _BODIES},
     "parquet.page.size.row.check.min": "1",
 }
 #: Java regex matching one character that Spark escapes in a partition directory name.

@@ -5,7 +5,12 @@ does not decode gets null fields and ``decode_error`` set instead of failing the
 :func:`with_decoded` decodes Arrow record batches (``mapInArrow``: no pandas conversion)
 with :func:`decode_columns`, which walks each frame once straight into column lists
 (:mod:`mqstore.openwire.columnar`) and leaves only unusual frames to :func:`decode_msg`;
-:func:`decode_column` is the per-row function as a column UDF."""
+:func:`decode_column` is the per-row function as a column UDF.
+
+Bodies: ``text`` holds a TextMessage's text; ``body`` the payload of every other kind
+(:func:`payload`: a BytesMessage's bytes, the content of a map, stream, object... message
+as stored, inflated when compressed), null for a TextMessage and without content;
+``body_size`` is the payload's size in bytes (of a text: its UTF-8 form)."""
 
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StructType
 
-from mqstore.openwire import DecodeError, MessageKind, decode, replace_lone_surrogates
+from mqstore.openwire import DecodeError, Message, MessageKind, decode, replace_lone_surrogates
+from mqstore.openwire.body import inflate
 from mqstore.openwire.columnar import SUMMARY_FIELDS, property_text, summarize
 
 #: Decoded fields, in order, with their Spark SQL types.
@@ -35,21 +41,27 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
     ("original_destination", "string"),
     ("properties", "map<string,string>"),
     ("text", "string"),
+    ("body", "binary"),
     ("body_size", "int"),
     ("decode_error", "string"),
 )
 _NAMES = [name for name, _ in DECODED_FIELDS]
-assert tuple(_NAMES) == SUMMARY_FIELDS
+assert tuple(n for n in _NAMES if n != "body") == SUMMARY_FIELDS
+#: Kinds whose stored content is a zlib stream when the message is compressed.
+_DEFLATED = frozenset((MessageKind.MAP, MessageKind.STREAM, MessageKind.OBJECT))
 _KIND_NAMES = {kind: kind.name.lower() for kind in MessageKind}
+_TEXT_KIND = _KIND_NAMES[MessageKind.TEXT]
 
 
 def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
-    """Decode one ``MSG`` value into the :data:`DECODED_FIELDS` (all None when ``data`` is).
+    """Decode one ``MSG`` value into the :data:`DECODED_FIELDS`; a NULL ``MSG`` gives nulls
+    and ``decode_error`` :data:`NULL_MSG`.
 
     Strings are as Spark stores them: a lone UTF-16 surrogate (legal in Java) becomes ``?``.
     """
     row: dict[str, Any] = dict.fromkeys(_NAMES)
     if data is None:
+        row["decode_error"] = NULL_MSG
         return row
     try:
         msg = decode(data)
@@ -64,14 +76,36 @@ def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
         orig = msg.original_destination
         row["original_destination"] = None if orig is None else orig.qualified_name
         row["properties"] = {k: property_text(v) for k, v in msg.properties.items()}
-        row["text"] = msg.text if msg.kind is MessageKind.TEXT else None
-        row["body_size"] = len(msg.content) if msg.content is not None else 0
+        if msg.kind is MessageKind.TEXT:
+            row["text"] = msg.text
+        else:
+            row["body"] = payload(msg)
+            row["body_size"] = len(row["body"] or b"")
     except (DecodeError, ValueError, IndexError, OverflowError) as exc:
         row = dict.fromkeys(_NAMES)
         row["decode_error"] = (
             f"{type(exc).__name__}: {exc}" if not isinstance(exc, DecodeError) else str(exc)
         )
-    return _utf8_row(row)
+        return row
+    row = _utf8_row(row)
+    if row["kind"] == _TEXT_KIND:
+        text = row["text"]
+        row["body_size"] = 0 if text is None else len(text.encode("utf-8"))
+    return row
+
+
+def payload(msg: Message) -> bytes | None:
+    """The body of a message that is not a TextMessage, as bytes: a BytesMessage's bytes,
+    else the content as stored (a map's or a stream's OpenWire encoding, a serialized
+    object...), inflated when compressed; None when the message stores no content.
+    Raises ``DecodeError`` for a compressed body that does not inflate."""
+    if msg.content is None:
+        return None
+    if msg.kind is MessageKind.BYTES:
+        return msg.bytes_body
+    if msg.compressed and msg.kind in _DEFLATED:
+        return inflate(msg.content, msg.max_decompressed)
+    return msg.content
 
 
 def decoded_type() -> StructType:
@@ -113,11 +147,15 @@ _ARROW_TYPES = {
     "int": pa.int32(),
     "boolean": pa.bool_(),
     "map<string,string>": pa.map_(pa.string(), pa.string()),
+    "binary": pa.binary(),
 }
+#: ``decode_error`` of a row whose ``MSG`` is NULL.
+NULL_MSG = "MSG is NULL"
 
 
-def decode_columns(msgs: pa.Array) -> list[pa.Array]:
-    """The decoded fields of a binary array of ``MSG`` values, in :data:`DECODED_FIELDS` order.
+def decode_columns(msgs: pa.Array, bodies: bool = True) -> list[pa.Array]:
+    """The decoded fields of a binary array of ``MSG`` values, in :data:`DECODED_FIELDS` order
+    (``body`` all null unless ``bodies``: ``body_size`` is filled either way).
 
     One pass per frame straight into column lists (:mod:`mqstore.openwire.columnar`);
     frames its fast path declines go through :func:`decode_msg`, so the values are the
@@ -133,6 +171,7 @@ def decode_columns(msgs: pa.Array) -> list[pa.Array]:
     if text is None:  # a body that is not plain UTF-8: decode them all in Python
         cols = summarize(frames, decode_msg)
         text = pa.array(cols["text"], type=pa.string())
+    _fill_bodies(frames, cols, text, bodies)
     arrays = []
     for name, ddl in DECODED_FIELDS:
         if name == "properties":
@@ -149,6 +188,36 @@ def decode_columns(msgs: pa.Array) -> list[pa.Array]:
         else:
             arrays.append(pa.array(cols[name], type=_ARROW_TYPES[ddl]))
     return arrays
+
+
+def _fill_bodies(
+    frames: list[bytes | None], cols: dict[str, list[Any]], text: pa.Array, bodies: bool
+) -> None:
+    """Set ``cols["body"]`` and make ``cols["body_size"]`` the payload's size, as
+    :func:`decode_msg` gives them: the summary's size of a text counts its stored length
+    prefix, and it holds no body. Its size of any other kind is already the payload's (it
+    declines compressed frames)."""
+    utf8 = pc.binary_length(text.cast(pa.binary())).to_pylist()
+    kinds, sizes, errors = cols["kind"], cols["body_size"], cols["decode_error"]
+    body_at, body_len = cols["body_at"], cols["body_len"]
+    found: list[bytes | None] = [None] * len(frames)
+    for i, kind in enumerate(kinds):
+        if errors[i] is not None or kind is None:
+            continue
+        if kind == _TEXT_KIND:
+            sizes[i] = utf8[i] or 0
+        elif bodies and body_at[i] != -1:
+            frame = frames[i]
+            assert frame is not None
+            at = body_at[i]
+            if at >= 0:  # where the fast path found it (an uncompressed plain body)
+                found[i] = bytes(frame[at : at + body_len[i]])
+            else:
+                found[i] = payload(decode(frame, lazy=True))
+    for i, frame in enumerate(frames):  # a NULL MSG is undecodable too
+        if frame is None:
+            errors[i] = NULL_MSG
+    cols["body"] = found
 
 
 def _span_text(msgs: pa.Array, cols: dict[str, list[Any]]) -> pa.Array | None:
@@ -180,19 +249,23 @@ def _span_text(msgs: pa.Array, cols: dict[str, list[Any]]) -> pa.Array | None:
 
 
 def decode_batches(
-    batches: Iterator[pa.RecordBatch], msg_col: str, keep_msg: bool
+    batches: Iterator[pa.RecordBatch], msg_col: str, keep_msg: bool, bodies: bool = True
 ) -> Iterator[pa.RecordBatch]:
-    """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``)."""
+    """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``;
+    ``body`` stays null unless ``bodies``)."""
     for batch in batches:
-        decoded = decode_columns(batch.column(msg_col))
+        decoded = decode_columns(batch.column(msg_col), bodies)
         kept = [f.name for f in batch.schema if keep_msg or f.name != msg_col]
         yield pa.RecordBatch.from_arrays(
             [batch.column(n) for n in kept] + decoded, names=kept + _NAMES
         )
 
 
-def with_decoded(df: DataFrame, msg_col: str = "msg", keep_msg: bool = True) -> DataFrame:
-    """``df`` plus the decoded fields as top-level columns (pure transform).
+def with_decoded(
+    df: DataFrame, msg_col: str = "msg", keep_msg: bool = True, bodies: bool = True
+) -> DataFrame:
+    """``df`` plus the decoded fields as top-level columns (pure transform); without
+    ``bodies`` the ``body`` column is null (not extracted), for jobs that read no body.
 
     The table's own ``priority`` column (0 unless ``prioritizedMessages``) is kept as
     ``store_priority``; ``priority`` is then the JMS priority from inside ``MSG``.
@@ -203,18 +276,20 @@ def with_decoded(df: DataFrame, msg_col: str = "msg", keep_msg: bool = True) -> 
     schema = StructType([*kept, *decoded_type().fields])
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return decode_batches(batches, msg_col, keep_msg)
+        return decode_batches(batches, msg_col, keep_msg, bodies)
 
     return df.mapInArrow(run, schema)
 
 
 __all__ = [
     "DECODED_FIELDS",
+    "NULL_MSG",
     "decode_batches",
     "decode_column",
     "decode_columns",
     "decode_msg",
     "decoded_type",
+    "payload",
     "property_text",
     "utf8_strings",
     "with_decoded",

@@ -8,6 +8,7 @@ reads push ``ID > watermark`` down to PostgreSQL.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 from dataclasses import dataclass, field
@@ -260,17 +261,45 @@ def key_bounds(
 ) -> tuple[int | None, int | None, int | None]:
     """MIN and MAX of ``key`` (above ``after`` when given) and the widest value of the
     table's wide column among those rows; all None for no rows."""
-    where = f" WHERE {key} > {int(after)}" if after is not None else ""
+    lo, hi, widest, _ = key_splits(spark, src, base, key, after=after)
+    return lo, hi, widest
+
+
+def key_splits(
+    spark: SparkSession,
+    src: JdbcSource,
+    base: str,
+    key: str,
+    *,
+    after: int | None = None,
+    upto: int | None = None,
+    parts: int = 1,
+) -> tuple[int | None, int | None, int | None, list[int]]:
+    """:func:`key_bounds` of the rows with ``after < key <= upto``, and the ``key`` values
+    that cut them into ``parts`` ranges of about as many rows each (its quantiles, by
+    ``percentile_disc``: distinct, ascending, fewer when values repeat), in one query."""
+    conds = [f"{key} > {int(after)}"] if after is not None else []
+    conds += [f"{key} <= {int(upto)}"] if upto is not None else []
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    fractions = ", ".join(f"{i / parts!r}" for i in range(1, parts))
+    cuts = (
+        f"array_to_string(percentile_disc(ARRAY[{fractions}]::float8[]) "
+        f"WITHIN GROUP (ORDER BY {key}), ',')"
+        if parts > 1
+        else "NULL::text"
+    )
     row = read_query(
         spark,
         src,
-        f"SELECT min({key}) AS lo, max({key}) AS hi, {_widest(base)} AS widest "
-        f"FROM {src.table(base)}{where}",
+        f"SELECT min({key}) AS lo, max({key}) AS hi, {_widest(base)} AS widest, "
+        f"{cuts} AS cuts FROM {src.table(base)}{where}",
     ).first()
     if row is None or row["lo"] is None:
-        return None, None, None
+        return None, None, None, []
     widest = None if row["widest"] is None else int(row["widest"])
-    return int(row["lo"]), int(row["hi"]), widest
+    lo, hi = int(row["lo"]), int(row["hi"])
+    values = {int(v) for v in (row["cuts"] or "").split(",") if v}
+    return lo, hi, widest, sorted(v for v in values if lo <= v < hi)
 
 
 def default_partitions(spark: SparkSession) -> int:
@@ -291,25 +320,25 @@ def read_ranged(
 ) -> DataFrame:
     """Rows of ``base`` with ``after < key <= upto``, read in ``partitions`` key ranges.
 
-    The bounds come from MIN/MAX of the rows above ``after``; ``lowerBound`` is
-    ``after + 1`` so no partition is spent on rows already exported. The key filters
+    The ranges are cut at the quantiles of ``key`` among those rows (:func:`key_splits`),
+    so each holds about as many rows however the keys are spread (an even split of
+    MIN..MAX gave one range all the rows of a table whose keys jump). The key filters
     are pushed down to PostgreSQL. Each fetch holds at most ``FETCH_BUFFER_BYTES`` of the
     widest row (:func:`rows_per_fetch`).
     """
-    lo, hi, widest = key_bounds(spark, src, base, key, after)
-    sized = _sized(src, widest)
-    reader = spark.read.format("jdbc").options(**sized.options()).option("dbtable", src.table(base))
     n = partitions or default_partitions(spark)
-    if lo is not None and hi is not None and hi > lo and n > 1:
-        hi_bound = min(hi, upto) if upto is not None else hi
-        lo_bound = max(lo, after + 1) if after is not None else lo
-        reader = (
-            reader.option("partitionColumn", key)
-            .option("lowerBound", str(lo_bound))
-            .option("upperBound", str(max(hi_bound, lo_bound + 1)))
-            .option("numPartitions", str(n))
-        )
-    df = _lower(reader.load())
+    _, _, widest, cuts = key_splits(spark, src, base, key, after=after, upto=upto, parts=n)
+    options = _sized(src, widest).options()
+    if cuts:
+        ranges = [
+            f"{key} <= {cuts[0]}",
+            *(f"{key} > {a} AND {key} <= {b}" for a, b in itertools.pairwise(cuts)),
+            f"{key} > {cuts[-1]}",
+        ]
+        url = options.pop("url")
+        df = _lower(spark.read.jdbc(url, src.table(base), predicates=ranges, properties=options))
+    else:
+        df = _lower(spark.read.format("jdbc").options(**options, dbtable=src.table(base)).load())
     if columns is not None:
         df = df.select(*columns)
     if after is not None:
@@ -373,6 +402,7 @@ __all__ = [
     "inspect_database",
     "jdbc_source",
     "key_bounds",
+    "key_splits",
     "read_acks",
     "read_keys",
     "read_lock",

@@ -72,6 +72,10 @@ def summarize(
     gives nulls everywhere. ``slow(frame)`` must return a mapping with every field for
     the frames the fast path declines (its ``properties``: a dict of text or None).
 
+    ``body_at``/``body_len`` give where the content of a frame of another kind is (its
+    payload: the fast path takes only uncompressed plain bodies), ``body_at`` -1 where it
+    has none and -2 where the fast path declined the frame (decode it to find it).
+
     With ``text_spans`` a TextMessage body is not decoded: ``text`` stays None and
     ``text_at``/``text_len`` give where its bytes are in the frame (``text_at`` is -1
     where ``text`` holds the value). Those bytes are not checked: they decode to the
@@ -90,6 +94,8 @@ def summarize(
     texts: list[str | None] = []
     text_at: list[int] = []
     text_len: list[int] = []
+    body_at: list[int] = []
+    body_len: list[int] = []
     sizes: list[int | None] = []
     errors: list[str | None] = []
     offsets = [0]
@@ -113,6 +119,8 @@ def summarize(
             offsets.append(nprops)
             text_at.append(-1)
             text_len.append(0)
+            body_at.append(-1)
+            body_len.append(0)
             continue
         data = frame if type(frame) is bytes else bytes(frame)
         at = -1
@@ -211,6 +219,8 @@ def summarize(
             texts.append(row["text"])
             text_at.append(-1)
             text_len.append(0)
+            body_at.append(-2)
+            body_len.append(0)
             sizes.append(row["body_size"])
             errors.append(row["decode_error"])
             found = row["properties"]
@@ -233,6 +243,12 @@ def summarize(
         texts.append(text)
         text_at.append(at)
         text_len.append(tlen if at >= 0 else 0)
+        if type_byte == _TEXT or clen < 0:
+            body_at.append(-1)
+            body_len.append(0)
+        else:
+            body_at.append(content)
+            body_len.append(clen)
         sizes.append(clen if clen >= 0 else 0)
         errors.append(None)
         nulls.append(False)
@@ -240,7 +256,7 @@ def summarize(
         offsets.append(nprops)
     result: dict[str, list[Any]] = dict(zip(SUMMARY_FIELDS[:9], columns, strict=True))
     result.update(text=texts, body_size=sizes, decode_error=errors)
-    result.update(text_at=text_at, text_len=text_len)
+    result.update(text_at=text_at, text_len=text_len, body_at=body_at, body_len=body_len)
     result.update(prop_offsets=offsets, prop_keys=keys, prop_values=values, prop_null=nulls)
     return result
 

@@ -38,7 +38,7 @@ from mqstore.openwire import (
     text_message,
 )
 from mqstore.openwire.columnar import SUMMARY_FIELDS, summarize
-from spark_etl.decode import decode_batches, decode_columns, decode_msg
+from spark_etl.decode import DECODED_FIELDS, decode_batches, decode_columns, decode_msg
 from tests.unit.openwire.fixture_data import available, rows
 from tests.unit.openwire.strategies import messages
 
@@ -84,7 +84,7 @@ def _rows_of(cols: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def _decoded_rows(msgs: pa.Array) -> list[dict[str, Any]]:
-    table = pa.Table.from_arrays(decode_columns(msgs), names=list(SUMMARY_FIELDS))
+    table = pa.Table.from_arrays(decode_columns(msgs), names=[n for n, _ in DECODED_FIELDS])
     rows = table.to_pylist()
     for row in rows:
         if row["properties"] is not None:
@@ -102,8 +102,12 @@ def _check(frames: list[bytes | None]) -> int:
 
     got = _rows_of(summarize(frames, slow))
     wanted = [decode_msg(frame) for frame in frames]
+    # The summary's body_size is the stored content's; decode_columns makes it the payload's.
     for frame, row, want in zip(frames, got, wanted, strict=True):
-        assert row == want, frame
+        summary = {k: v for k, v in want.items() if k not in ("body", "body_size")}
+        if frame is None:
+            summary["decode_error"] = None
+        assert {k: v for k, v in row.items() if k != "body_size"} == summary, frame
     # The Arrow path (string spans gathered by Arrow), per batch and frame by frame.
     assert _decoded_rows(pa.array(frames, pa.binary())) == wanted
     for frame, want in zip(frames, wanted, strict=True):
@@ -256,3 +260,50 @@ def test_decode_columns_text_column(texts: list[str | None]) -> None:
     assert _decoded_rows(pa.array(frames, pa.large_binary())) == want
     assert _decoded_rows(pa.array([None, None], pa.binary())) == [decode_msg(None)] * 2
     assert _decoded_rows(pa.array([], pa.binary())) == []
+
+
+def test_every_kind_but_text_has_its_payload_in_body_and_body_size_is_its_size() -> None:
+    ids = _ids({})
+    payloads = {
+        "bytes": (encode(bytes_message(b"\x00\xffraw", **ids)), b"\x00\xffraw"),
+        "bytes zipped": (
+            encode(bytes_message(b"z" * 300, **_ids({"compress": True}))),
+            b"z" * 300,
+        ),
+        "empty bytes": (encode(bytes_message(b"", **ids)), b""),
+        "map": (encode(map_message({"k": JInt(1)}, **ids)), encode_map({"k": JInt(1)})),
+        "map zipped": (
+            encode(map_message({"k": JInt(1)}, **_ids({"compress": True}))),
+            encode_map({"k": JInt(1)}),
+        ),
+        "stream": (
+            encode(stream_message([1, "a"], **ids)),
+            encode_body(MessageKind.STREAM, [1, "a"], False),
+        ),
+        "object": (encode(Message(kind=MessageKind.OBJECT, content=b"\xac\xed")), b"\xac\xed"),
+        "no content": (encode(Message(kind=MessageKind.MESSAGE)), None),
+    }
+    frames = [frame for frame, _ in payloads.values()]
+    rows = _decoded_rows(pa.array(frames, pa.binary()))
+    for name, row, (frame, body) in zip(payloads, rows, payloads.values(), strict=True):
+        assert row["decode_error"] is None, name
+        assert (row["body"], row["body_size"]) == (body, len(body or b"")), name
+        assert decode_msg(frame)["body"] == body, name
+
+
+def test_a_text_body_size_is_its_utf8_length_and_its_body_is_in_text() -> None:
+    texts = ["thirteen char", "", "ünï €😀", None]
+    frames: list[bytes | None] = [_text(text=t) for t in texts]
+    frames.append(encode(text_message("zipped", **_ids({"compress": True}))))
+    want = [13, 0, len("ünï €😀".encode()), 0, 6]
+    for row in _decoded_rows(pa.array(frames, pa.binary())) + [decode_msg(f) for f in frames]:
+        assert row["body"] is None and row["kind"] == "text"
+    assert [r["body_size"] for r in _decoded_rows(pa.array(frames, pa.binary()))] == want
+    assert [decode_msg(f)["body_size"] for f in frames] == want
+
+
+def test_a_null_msg_is_undecodable() -> None:
+    assert decode_msg(None)["decode_error"] == "MSG is NULL"
+    rows = _decoded_rows(pa.array([None, _text()], pa.binary()))
+    assert [r["decode_error"] for r in rows] == ["MSG is NULL", None]
+    assert rows[0]["kind"] is None and rows[0]["body_size"] is None

@@ -10,12 +10,13 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from mqstore import takeover
-from mqstore.openwire import encode, text_message
+from mqstore.openwire import bytes_message, decode, encode, text_message
 from mqstore.schema import build_schema
 from spark_etl import export as export_mod
 from spark_etl import history as history_mod
 from spark_etl.audit import audit
 from spark_etl.export import export, load_watermarks
+from spark_etl.sources import jdbc_source, read_msgs
 from tests.spark.conftest import dsn_of, execute, fetch
 
 Q, T = "queue://FIXTURE.Q", "topic://FIXTURE.T"
@@ -105,7 +106,12 @@ def test_fixture_export_decodes_every_row_and_rerun_changes_nothing(
         assert (row["correlation_id"], row["type"]) == (corr, typ)
         assert row["properties"] == props
         assert row["text"] == text
-        assert row["body_size"] == len(bytes.fromhex(content))
+        payload = None if kind == "text" else bytes.fromhex(content)  # a text is in ``text``
+        assert row["body"] == payload
+        size = len(text.encode()) if kind == "text" else len(bytes.fromhex(content))
+        assert row["body_size"] == size
+        if kind == "text":  # the stored content holds the length first
+            assert size == len(bytes.fromhex(content)) - 4
         assert row["persistent"] is True
         assert row["redelivery_counter"] == 0
         assert row["original_destination"] is None
@@ -380,9 +386,25 @@ def test_without_keep_msg_no_raw_bytes_are_archived(
         "'ID:x-1-2-3:1:1', 1, 0, 0, 1795306859000, 1795400000000, 'acknowledged', "
         "'\\xdeadbeef')",
     )
+    payload = b"\x00\x01 stomp.py sends BytesMessages \xff"
+    sent = bytes_message(payload, destination=Q, producer_id="ID:b-1-2-3:1:1", sequence=1)
+    execute(
+        activemq_engine,
+        "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
+        " priority) VALUES (18, :c, :p, 1, 0, :m, 0)",
+        {"c": Q, "p": sent.msgid_prod, "m": encode(sent)},
+    )
+    stored = {r.id: decode(r.msg) for r in fetch(activemq_engine, "SELECT * FROM activemq_msgs")}
     export(spark, dsn_of(activemq_engine), tmp_path, keep_msg=False)
-    assert "msg" not in spark.read.parquet(str(tmp_path / "messages")).columns
+    messages = spark.read.parquet(str(tmp_path / "messages"))
+    assert "msg" not in messages.columns
     assert "msg" not in spark.read.parquet(str(tmp_path / "history")).columns
+    bodies = {r["id"]: (r["kind"], r["body"], r["body_size"]) for r in messages.collect()}
+    assert bodies[18] == ("bytes", payload, len(payload))
+    for row_id, kind in ((16, "map"), (17, "stream")):  # the content as stored
+        content = stored[row_id].content
+        assert content and bodies[row_id] == (kind, content, len(content))
+    assert bodies[1] == ("text", None, len("stomp text p0"))
 
 
 def test_archived_files_are_on_disk_before_the_watermarks_name_them(
@@ -485,3 +507,29 @@ def test_a_jms_timestamp_outside_the_calendar_neither_fails_the_export_nor_the_a
     report = audit(spark, dsn, tmp_path / "audit", now_ms=1795310000000)
     assert {d["destination"]: d["depth"] for d in report["destinations"]} == {Q: 15, T: 6}
     assert {s["sub_name"]: s["backlog"] for s in report["subscriptions"]} == {"subA": 3, "subB": 6}
+
+
+def test_reads_split_skewed_ids_into_ranges_of_as_many_rows(
+    spark: Any, activemq_engine: Engine
+) -> None:
+    """IDs 1..17, then 200 from a million on: ranges cut at MIN..MAX's middle gave one
+    partition 17 rows and the other 200."""
+    execute(
+        activemq_engine,
+        "INSERT INTO activemq_msgs SELECT 1000000 + g, container, msgid_prod, 100 + g,"
+        " expiration, msg, priority, xid FROM activemq_msgs, generate_series(1, 200) g"
+        " WHERE id = 1",
+    )
+    src = jdbc_source(dsn_of(activemq_engine))
+
+    def rows_per_partition(df: Any) -> list[int]:
+        assert df.count() == df.select("id").distinct().count()  # no row read twice
+        return sorted(df.rdd.glom().map(len).collect())
+
+    everything = read_msgs(spark, src, partitions=2)
+    assert everything.count() == 217
+    assert rows_per_partition(everything) == [108, 109]
+    above = read_msgs(spark, src, after=17, partitions=4)
+    assert rows_per_partition(above) == [50, 50, 50, 50]
+    window = read_msgs(spark, src, after=10, upto=1000100, partitions=3)
+    assert window.count() == 107 and max(rows_per_partition(window)) <= 36

@@ -99,7 +99,7 @@ def test_jar_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_msg_gives_decode_error_not_an_exception() -> None:
     row = decode_msg(b"\x00\x00\x00\x05\x1c\x01")
     assert row["decode_error"] and row["kind"] is None
-    assert decode_msg(None) == dict.fromkeys(row)
+    assert decode_msg(None) == {**dict.fromkeys(row), "decode_error": "MSG is NULL"}
 
 
 def test_bar_chart_is_plain_svg() -> None:
