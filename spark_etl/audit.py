@@ -22,6 +22,7 @@ from .archive_guard import history_archive
 from .datasets import read_dataset
 from .decode import with_decoded
 from .durable import write_atomically
+from .identity import container_mismatches, msgid_mismatches, with_identity
 from .lock_probe import RowLockProbe, probe_row_lock
 from .report_html import figure, render
 from .sources import (
@@ -79,6 +80,9 @@ class Thresholds:
     max_malformed_xids: int | None = None
     max_undecodable: int | None = None
     max_duplicates: int | None = None
+    max_priority_out_of_range: int | None = None
+    max_container_mismatches: int | None = None
+    max_msgid_mismatches: int | None = None
     max_lease_age_s: float | None = None
 
 
@@ -235,6 +239,35 @@ def undecodable(msgs: DataFrame) -> DataFrame:
     )
 
 
+def priority_out_of_range(msgs: DataFrame) -> DataFrame:
+    """Rows whose ``PRIORITY`` column is not a JMS priority (0 to 9): ActiveMQ's prioritized
+    statements and the subscriptions' rows per priority know only those. Any of 0 to 9 is
+    valid whether or not the store is prioritized (adopted data keeps its priorities)."""
+    return msgs.where(~sf.col("store_priority").between(0, 9)).select(
+        "id", sf.col("container").alias("destination"), sf.col("store_priority").alias("priority")
+    )
+
+
+#: The findings :func:`build_report` counts and lists besides the figures, in report order,
+#: with the words the command's summary line uses for a non-zero count.
+ANOMALIES: dict[str, str] = {
+    "expired": "expired",
+    "in_doubt": "in-doubt XA",
+    "malformed_xids": "malformed XID",
+    "orphan_subscriptions": "orphan subscription",
+    "duplicate_message_ids": "duplicate JMS id",
+    "undecodable": "undecodable",
+    "priority_out_of_range": "PRIORITY outside 0-9",
+    "container_mismatches": "CONTAINER not MSG's destination",
+    "msgid_mismatches": "MSGID_PROD/SEQ not MSG's id",
+}
+
+
+def anomaly_summary(counts: dict[str, int]) -> str:
+    """The non-zero :data:`ANOMALIES` counts in a few words (empty when there are none)."""
+    return ", ".join(f"{counts[name]} {words}" for name, words in ANOMALIES.items() if counts[name])
+
+
 def lock_status(
     lock: DataFrame, now_ms: int, row_lock: RowLockProbe | None = None
 ) -> dict[str, Any]:
@@ -312,6 +345,21 @@ def check(report: dict[str, Any], limits: Thresholds) -> list[str]:
     over(counts["malformed_xids"], limits.max_malformed_xids, "malformed XA XIDs")
     over(counts["undecodable"], limits.max_undecodable, "undecodable messages")
     over(counts["duplicate_message_ids"], limits.max_duplicates, "duplicate JMS message ids")
+    over(
+        counts["priority_out_of_range"],
+        limits.max_priority_out_of_range,
+        "PRIORITY outside 0 to 9",
+    )
+    over(
+        counts["container_mismatches"],
+        limits.max_container_mismatches,
+        "CONTAINER differing from MSG's destination",
+    )
+    over(
+        counts["msgid_mismatches"],
+        limits.max_msgid_mismatches,
+        "MSGID_PROD/MSGID_SEQ differing from MSG's message id",
+    )
     age = report["lock"]["lease_age_ms"]
     over(None if age is None else age / 1000, limits.max_lease_age_s, "lease age")
     return out
@@ -328,7 +376,8 @@ def build_report(
     row_lock: RowLockProbe | None = None,
     prioritized: bool = False,
 ) -> dict[str, Any]:
-    """The audit report (a JSON-ready dict) from decoded messages, ACKS, LOCK and history;
+    """The audit report (a JSON-ready dict) from decoded messages (with
+    :func:`.identity.with_identity`'s columns), ACKS, LOCK and history;
     ``row_lock`` is what probing the lock row found (:func:`lock_status`), ``prioritized``
     whether the store has prioritizedMessages (:func:`subscription_backlog`; the rule is
     shown as ``backlog_rule``)."""
@@ -340,7 +389,11 @@ def build_report(
         "orphan_subscriptions": orphan_subscriptions(acks, msgs),
         "duplicate_message_ids": duplicate_message_ids(msgs),
         "undecodable": undecodable(msgs),
+        "priority_out_of_range": priority_out_of_range(msgs),
+        "container_mismatches": container_mismatches(msgs),
+        "msgid_mismatches": msgid_mismatches(msgs),
     }
+    assert tuple(findings) == tuple(ANOMALIES)
     report: dict[str, Any] = {
         "generated_at": now_ms,
         "age_buckets": [label for label, _ in AGE_BUCKETS] + ["unknown"],
@@ -391,8 +444,10 @@ def audit(
     identity = inspect_database(dsn, prefix, ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK"))
     archived = history_archive(out_dir, archive, identity, prefix)
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    # No body is audited: dropping the text keeps each body out of the cached rows.
-    msgs = with_decoded(read_msgs(spark, src), keep_msg=False).drop("text")
+    # No body is audited: dropping them keeps each body out of the cached rows.
+    msgs = with_decoded(with_identity(read_msgs(spark, src)), keep_msg=False, bodies=False).drop(
+        "text", "body"
+    )
     history = None
     named = False  # whether the archive names its database
     columns = ("hist_id", "removed_at", "outcome")
@@ -428,12 +483,15 @@ def audit(
 
 __all__ = [
     "AGE_BUCKETS",
+    "ANOMALIES",
     "BACKLOG_RULES",
     "SUBSCRIPTION_PRIORITIES",
     "Thresholds",
+    "anomaly_summary",
     "audit",
     "build_report",
     "check",
+    "container_mismatches",
     "destination_stats",
     "duplicate_message_ids",
     "durable_subscriptions",
@@ -442,7 +500,9 @@ __all__ = [
     "in_doubt",
     "lock_status",
     "malformed_xids",
+    "msgid_mismatches",
     "orphan_subscriptions",
+    "priority_out_of_range",
     "subscription_backlog",
     "undecodable",
 ]

@@ -12,6 +12,8 @@ import errno
 import logging
 import os
 import re
+import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -109,9 +111,27 @@ def _require_pyspark() -> None:
         raise _fail(_INSTALL_HINT) from None
 
 
-def _session(master: str | None, memory: str = "2g") -> Any:
-    """The SparkSession, or a one-line error when PySpark, the JDBC jar, the master or the
-    driver memory is wrong."""
+def _java_missing() -> str | None:
+    """Why no JVM can start here, as Spark's launcher looks for one (``$JAVA_HOME/bin/java``,
+    else ``java`` on the PATH); None when one can, or under ``spark-submit`` (its JVM runs)."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    install = "install a Java 17 runtime (e.g. apt-get install openjdk-17-jre-headless)"
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        if os.access(Path(home) / "bin" / "java", os.X_OK):
+            return None
+        return f"JAVA_HOME={home} holds no bin/java: {install} or set JAVA_HOME to one"
+    if shutil.which("java"):
+        return None
+    return (
+        f"no Java runtime (JAVA_HOME is not set, no java on the PATH): {install} or set JAVA_HOME"
+    )
+
+
+def _check_options(master: str | None, memory: str) -> str:
+    """Check what starting Spark needs before anything is read or created: PySpark, Java,
+    ``--master`` and ``--driver-memory`` (returned normalised); else one line, exit code 1."""
     _require_pyspark()
     if master is not None and not _MASTER.fullmatch(master):
         raise _fail(
@@ -122,16 +142,63 @@ def _session(master: str | None, memory: str = "2g") -> Any:
         memory = driver_memory(memory)
     except ValueError as exc:
         raise _fail(f"error: {exc}") from None
+    if missing := _java_missing():
+        raise _fail(f"error: {missing}")
+    return memory
+
+
+def _session(master: str | None, memory: str = "2g", log: Path | None = None) -> Any:
+    """The SparkSession, or a one-line error when PySpark, Java, the JDBC jar, the master or
+    the driver memory is wrong. A local JVM logs into ``log`` (:func:`_jvm_stderr`)."""
+    memory = _check_options(master, memory)
     from .session import JdbcJarMissingError, build_session
 
     try:
-        return build_session(master, driver_memory=memory)
+        with _jvm_stderr(log):
+            return build_session(master, driver_memory=memory)
     except JdbcJarMissingError as exc:
         raise _fail(f"error: {exc}") from None
-    except Exception as exc:  # the JVM did not start: Java missing, master unreachable...
+    except Exception as exc:  # the JVM did not start: master unreachable...
+        where = f"; Spark's log: {log}" if log else ""
         raise _fail(
             f"error: cannot start Spark (--master {master or 'local[*]'}): {first_line(exc)}"
+            + where
         ) from None
+
+
+def _log_file(out: Path, job: str) -> Path | None:
+    """``OUT/_logs/JOB.log`` (emptied), where the job's JVM logs; None if it cannot be made."""
+    log = out / "_logs" / f"{job}.log"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_bytes(b"")
+    except OSError:
+        return None
+    return log
+
+
+@contextmanager
+def _jvm_stderr(log: Path | None) -> Iterator[None]:
+    """Meanwhile, make ``log`` this process's file descriptor 2: a JVM started now keeps it as
+    its stderr, and so do the Python workers it starts, so Spark's log, executors' stack
+    traces and workers' tracebacks go there; the CLI's own stderr is the one line it says."""
+    if log is None:
+        yield
+        return
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 class _ConsoleWarnings(logging.Handler):
@@ -168,9 +235,12 @@ def _stop(spark: Any) -> None:
         spark.stop()
 
 
-def _run(action: Callable[[], Any], spark: Any = None, memory: str = "2g") -> Any:
+def _run(
+    action: Callable[[], Any], spark: Any = None, memory: str = "2g", log: Path | None = None
+) -> Any:
     """Run a job; whatever a user can cause becomes one line on stderr and exit code 1.
-    ``spark`` (and its ``memory``) is the session a failure inside Spark comes from."""
+    ``spark`` (and its ``memory``) is the session a failure inside Spark comes from, ``log``
+    where its JVM logs."""
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
@@ -185,7 +255,7 @@ def _run(action: Callable[[], Any], spark: Any = None, memory: str = "2g") -> An
         message = str(exc)
     except (PySparkException, Py4JError, OSError) as exc:
         if spark is not None and not (isinstance(exc, OSError) and exc.filename):
-            message = spark_failure(exc, spark, memory)  # failed inside Spark, or JVM gone
+            message = spark_failure(exc, spark, memory, log)  # inside Spark, or JVM gone
         elif isinstance(exc, OSError):  # --out unwritable, disk full, ...
             where = f": {exc.filename}" if exc.filename else ""
             message = f"{exc.strerror or exc}{where}"
@@ -281,7 +351,7 @@ def export_command(
     from rich.console import Console
     from rich.progress import Progress
 
-    _require_pyspark()  # before .export, which imports it
+    driver_memory = _check_options(master, driver_memory)  # before anything is created
     from .export import STEPS, check_archive, export, export_lock
 
     with ExitStack() as held:  # the source and the directory's lock, held to the end
@@ -289,7 +359,8 @@ def export_command(
         identity = _preflight(source, table_prefix, out, EXPORT_TABLES)
         lock = _run(lambda: held.enter_context(export_lock(out)))
         _run(lambda: check_archive(lock.directory, identity, table_prefix))
-        spark = _session(master, driver_memory)
+        log = _log_file(out, "export")
+        spark = _session(master, driver_memory, log)
         console = Console(stderr=True)
         try:
             with _warnings_on(console), Progress(console=console, transient=True) as bar:
@@ -314,6 +385,7 @@ def export_command(
                     ),
                     spark,
                     driver_memory,
+                    log,
                 )
                 bar.update(task, completed=len(STEPS), description="export: done")
         finally:
@@ -364,6 +436,15 @@ def audit_command(
     max_duplicates: Annotated[
         int | None, typer.Option(min=0, help="duplicate JMS message ids")
     ] = None,
+    max_priority_out_of_range: Annotated[
+        int | None, typer.Option(min=0, help="rows whose PRIORITY is not 0 to 9")
+    ] = None,
+    max_container_mismatches: Annotated[
+        int | None, typer.Option(min=0, help="rows whose CONTAINER is not MSG's destination")
+    ] = None,
+    max_msgid_mismatches: Annotated[
+        int | None, typer.Option(min=0, help="rows whose MSGID_PROD/SEQ are not MSG's id")
+    ] = None,
     max_lease_age: Annotated[
         float | None, typer.Option(min=0, help="seconds past the lease")
     ] = None,
@@ -386,7 +467,7 @@ def audit_command(
     ] = False,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
-    _require_pyspark()
+    driver_memory = _check_options(master, driver_memory)  # before anything is created
     with ExitStack() as held:  # the source, held until Spark has stopped
         source = _source(dsn, master, held)
         identity = _preflight(source, table_prefix, out, AUDIT_TABLES)
@@ -394,8 +475,9 @@ def audit_command(
 
         _run(lambda: _writable(out))  # before Spark starts
         _run(lambda: history_archive(out, archive, identity, table_prefix))
-        spark = _session(master, driver_memory)
-        from .audit import Thresholds, audit
+        log = _log_file(out, "audit")
+        spark = _session(master, driver_memory, log)
+        from .audit import Thresholds, anomaly_summary, audit
 
         limits = Thresholds(
             max_depth=max_depth,
@@ -406,6 +488,9 @@ def audit_command(
             max_malformed_xids=max_malformed_xids,
             max_undecodable=max_undecodable,
             max_duplicates=max_duplicates,
+            max_priority_out_of_range=max_priority_out_of_range,
+            max_container_mismatches=max_container_mismatches,
+            max_msgid_mismatches=max_msgid_mismatches,
             max_lease_age_s=max_lease_age,
         )
         try:
@@ -421,18 +506,21 @@ def audit_command(
                 ),
                 spark,
                 driver_memory,
+                log,
             )
         finally:
             _stop(spark)
     counts = report["counts"]
     prepared = counts["prepared_messages"]
+    anomalies = anomaly_summary(counts)
     typer.echo(
         f"{counts['messages']} messages"
         + (f" (and {prepared} XA-prepared)" if prepared else "")
         + f" in {len(report['destinations'])} destinations, "
         f"{len(report['subscriptions'])} subscriptions "
         f"(backlog: {report['backlog_rule']['mode']}); lock: {_lock_summary(report['lock'])}; "
-        f"report: {out / 'audit.html'}"
+        + (f"anomalies: {anomalies}; " if anomalies else "")
+        + f"report: {out / 'audit.html'}"
     )
     if report["lock"]["row_lock_error"] and report["lock"]["state"] == "unknown":
         typer.echo(report["lock"]["row_lock_error"], err=True)

@@ -9,8 +9,10 @@ them all (the exception, its Java causes, the JVM's exit code) into the line the
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 #: How Spark's JVM exits after an OutOfMemoryError (``SparkExitCode.OOM``).
@@ -23,7 +25,26 @@ def first_line(exc: BaseException, text: str | None = None) -> str:
     text = _text(exc) if text is None else text
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     told = [line for line in lines if not line.startswith("An error occurred while calling")]
-    return ((told or lines)[0] if lines else type(exc).__name__)[:500]
+    line = (told or lines)[0] if lines else ""
+    # PySpark words some errors ": org.apache.spark.SparkException: ..." (no class before).
+    return (line.lstrip(": ") or type(exc).__name__)[:500]
+
+
+#: Exceptions that say what went wrong outside Spark: I/O (a full disk, a lost file),
+#: the database (pgjdbc's PSQLException, SQL errors) and the network.
+_ROOT_CAUSE = re.compile(
+    r"(?:^|Caused by: |: )((?:java\.io|java\.nio\.file|java\.net|java\.sql|org\.postgresql\.util)"
+    r"\.[\w$]+(?:Exception|Error)(?:: [^\n]*)?)",
+    re.MULTILINE,
+)
+
+
+def root_cause(text: str) -> str | None:
+    """The innermost I/O, database or network exception in ``text`` (an exception's message
+    and its Java causes, outermost first), e.g. ``java.io.IOException: No space left on
+    device``; None when there is none."""
+    found = _ROOT_CAUSE.findall(text)
+    return found[-1].strip()[:500] if found else None
 
 
 def _text(exc: BaseException) -> str | None:
@@ -69,8 +90,12 @@ def _causes(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-def spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
-    """One line for a job that failed inside Spark; an archive is then left as it was."""
+def spark_failure(exc: BaseException, spark: Any, memory: str, log: Path | None = None) -> str:
+    """One line for a job that failed inside Spark; an archive is then left as it was.
+    ``log`` is where the JVM writes its log (else its stderr): the line names it.
+
+    A failure with an I/O, database or network exception among its causes is told by the
+    innermost such one (:func:`root_cause`), then by Spark's first line."""
     from py4j.protocol import (  # type: ignore[import-untyped]
         Py4JError,
         Py4JJavaError,
@@ -103,11 +128,15 @@ def spark_failure(exc: BaseException, spark: Any, memory: str) -> str:
         )
     if code is not None or lost:
         how = "ended" if code is None else f"exited with code {code}"
+        where = f"its log {log}" if log else "its log above"
         return (
-            f"Spark's JVM {how} during the job (its log above says why; when it ran out of "
+            f"Spark's JVM {how} during the job ({where} says why; when it ran out of "
             f"memory, rerun with more than --driver-memory {memory}); nothing was committed"
         )
-    return f"the Spark job failed: {first_line(exc, text)}"
+    head = first_line(exc, text)
+    root = root_cause(said)
+    told = head if root is None or root in head else f"{root} ({head[:300]})"
+    return f"the Spark job failed: {told}" + (f"; Spark's log: {log}" if log else "")
 
 
 class _FromPy4j(logging.Filter):
@@ -132,4 +161,4 @@ def quiet_py4j() -> Iterator[None]:
         py4j.disabled = disabled
 
 
-__all__ = ["JVM_OOM_EXIT", "first_line", "quiet_py4j", "spark_failure"]
+__all__ = ["JVM_OOM_EXIT", "first_line", "quiet_py4j", "root_cause", "spark_failure"]

@@ -186,6 +186,15 @@ def render(report: dict[str, Any]) -> str:
         _table(report["duplicate_message_ids"], ["jms_message_id", "rows", "ids"]),
         f"<h2>Undecodable messages ({counts['undecodable']})</h2>",
         _table(report["undecodable"], ["id", "destination", "decode_error"]),
+        f"<h2>PRIORITY outside 0 to 9 ({counts['priority_out_of_range']})</h2>",
+        _table(report["priority_out_of_range"], ["id", "destination", "priority"]),
+        f"<h2>CONTAINER differing from MSG's destination ({counts['container_mismatches']})</h2>",
+        _table(report["container_mismatches"], ["id", "destination", "msg_container"]),
+        f"<h2>MSGID_PROD/MSGID_SEQ differing from MSG's id ({counts['msgid_mismatches']})</h2>",
+        _table(
+            report["msgid_mismatches"],
+            ["id", "destination", "msgid_prod", "msgid_seq", "msg_msgid_prod", "msg_msgid_seq"],
+        ),
         "<h2>Thresholds</h2>",
         f"<pre>{_e(json.dumps(report['thresholds'], indent=1))}</pre>",
     ]

@@ -53,6 +53,9 @@ def test_fixture_figures(spark: Any, activemq_engine: Engine, tmp_path: Path) ->
         "orphan_subscriptions": 0,
         "duplicate_message_ids": 0,
         "undecodable": 0,
+        "priority_out_of_range": 0,
+        "container_mismatches": 0,
+        "msgid_mismatches": 0,
     }
     assert report["history_per_hour"] == []
     assert report["violations"] == []
@@ -86,6 +89,13 @@ def _break_things(engine: Engine) -> None:
         "INSERT INTO activemq_msgs VALUES (30, 'queue://BROKEN', 'ID:x-1-2-3:1:1', 1, 0,"
         " '\\x000000051c01020304'::bytea, 0, NULL)",
     )
+    execute(
+        engine,
+        "INSERT INTO activemq_msgs VALUES (33, 'queue://BROKEN', 'ID:x-1-2-3:1:1', 2, 0,"
+        " NULL, 0, NULL)",
+    )
+    execute(engine, "UPDATE activemq_msgs SET priority = 12 WHERE id = 4")
+    execute(engine, "UPDATE activemq_msgs SET msgid_seq = 99 WHERE id = 6")
     for new_id, old_id, container, expiration, xid in (
         (31, 2, "queue://DUP.Q", 1, None),
         (32, 3, "queue://DUP.Q", 0, "XID:1:abcd:ef"),
@@ -109,15 +119,25 @@ def test_anomalies_and_thresholds(spark: Any, activemq_engine: Engine, tmp_path:
     limits = Thresholds(max_undecodable=0, max_backlog=4, max_depth=20)
     report = audit(spark, dsn_of(activemq_engine), tmp_path, thresholds=limits, now_ms=NOW)
     assert report["counts"] == {
-        "messages": 19,  # the in-doubt row of DUP.Q is not in its depth
+        "messages": 20,  # the in-doubt row of DUP.Q is not in its depth
         "prepared_messages": 1,
         "expired": 1,
         "in_doubt": 1,
         "malformed_xids": 1,  # 'XID:1:abcd:ef' is not ActiveMQ's encoding
         "orphan_subscriptions": 1,
         "duplicate_message_ids": 2,
-        "undecodable": 1,
+        "undecodable": 2,  # a corrupt MSG and a NULL one
+        "priority_out_of_range": 1,
+        "container_mismatches": 2,  # FIXTURE.Q's messages stored as DUP.Q's
+        "msgid_mismatches": 1,
     }
+    assert report["priority_out_of_range"] == [{"id": 4, "destination": Q, "priority": 12}]
+    assert [
+        (m["id"], m["destination"], m["msg_container"]) for m in report["container_mismatches"]
+    ] == [(31, "queue://DUP.Q", Q), (32, "queue://DUP.Q", Q)]
+    [moved] = report["msgid_mismatches"]
+    assert (moved["id"], moved["msgid_seq"]) == (6, 99)
+    assert moved["msg_msgid_prod"] == moved["msgid_prod"] and moved["msg_msgid_seq"] != 99
     assert [e["id"] for e in report["expired"]] == [31]
     assert report["in_doubt"] == [
         {
@@ -135,15 +155,16 @@ def test_anomalies_and_thresholds(spark: Any, activemq_engine: Engine, tmp_path:
         {"container": "topic://EMPTY.T", "client_id": "c", "sub_name": "s"}
     ]
     assert [d["ids"] for d in report["duplicate_message_ids"]] == [[2, 31], [3, 32]]
-    assert report["undecodable"][0]["id"] == 30
+    assert [u["id"] for u in report["undecodable"]] == [30, 33]
     assert "offset" in report["undecodable"][0]["decode_error"]
+    assert report["undecodable"][1]["decode_error"] == "MSG is NULL"
     assert report["lock"]["holder"] == "brk-a"
     assert report["lock"]["lease_age_ms"] == -5000
     subs = {s["sub_name"]: s["backlog"] for s in report["subscriptions"]}
     assert subs == {"subA": 2, "subB": 5, "s": 0}  # the in-doubt row is not deliverable
     assert report["violations"] == [
         "backlog of topic://FIXTURE.T fix-sub-b/subB: 5 > 4",
-        "undecodable messages: 1 > 0",
+        "undecodable messages: 2 > 0",
     ]
 
 
@@ -163,13 +184,14 @@ class _KeepAlive:
 def test_cli_exit_codes_and_summary(
     spark: Any, activemq_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "_session", lambda _master, _memory: _KeepAlive(spark))
+    monkeypatch.setattr(cli, "_session", lambda *_args: _KeepAlive(spark))
     app = typer.Typer()
     cli.register(app)
     runner = CliRunner()
     env = {"MQSTORE_DSN": dsn_of(activemq_engine), "MQSTORE_TABLE_PREFIX": ""}
     ok = runner.invoke(app, ["audit", "--out", str(tmp_path / "a")], env=env)
     assert ok.exit_code == 0, ok.output
+    assert "anomalies" not in ok.output
     crossed = runner.invoke(
         app, ["audit", "--out", str(tmp_path / "b"), "--max-depth", "10"], env=env
     )
@@ -180,6 +202,24 @@ def test_cli_exit_codes_and_summary(
     assert "queue://FIXTURE.Q" in exported.output and "17" in exported.output
     bad = runner.invoke(app, ["export", "--out", str(tmp_path / "y"), "--dsn", "mysql://h/db"])
     assert bad.exit_code == 1 and "invalid DSN" in bad.output
+    _break_things(activemq_engine)
+    told = runner.invoke(app, ["audit", "--out", str(tmp_path / "c")], env=env)
+    assert told.exit_code == 0, told.output  # no thresholds: anomalies are told, not failed
+    assert (
+        "anomalies: 1 expired, 1 in-doubt XA, 1 malformed XID, 1 orphan subscription, "
+        "2 duplicate JMS id, 2 undecodable, 1 PRIORITY outside 0-9, "
+        "2 CONTAINER not MSG's destination, 1 MSGID_PROD/SEQ not MSG's id; "
+    ) in told.output
+    crossed = runner.invoke(
+        app,
+        ["audit", "--out", str(tmp_path / "d"), "--max-priority-out-of-range", "0",
+         "--max-container-mismatches", "1", "--max-msgid-mismatches", "0"],
+        env=env,
+    )  # fmt: skip
+    assert crossed.exit_code == cli.EXIT_THRESHOLD
+    assert "PRIORITY outside 0 to 9: 1 > 0" in crossed.output
+    assert "CONTAINER differing from MSG's destination: 2 > 1" in crossed.output
+    assert "MSGID_PROD/MSGID_SEQ differing from MSG's message id: 1 > 0" in crossed.output
 
 
 def test_html_report_renders_in_headless_chromium(

@@ -60,7 +60,7 @@ def _audit(
 ) -> dict[str, Any]:
     """``mqstore audit`` of ``engine``'s database, in the store's mode (the shared session
     runs it): its ``audit.json``."""
-    monkeypatch.setattr(cli, "_session", lambda _master, _memory: _KeepAlive(spark))
+    monkeypatch.setattr(cli, "_session", lambda *_args: _KeepAlive(spark))
     app = typer.Typer()
     cli.register(app)
     out = tmp_path / "audit"

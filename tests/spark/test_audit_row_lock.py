@@ -130,7 +130,7 @@ def test_a_session_that_may_not_lock_the_row_reports_the_lock_unknown_and_why(
 
 def _audit_summary(spark: Any, dsn: str, out: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The line ``mqstore audit`` prints (the shared Spark session runs it)."""
-    monkeypatch.setattr(cli, "_session", lambda _master, _memory: _KeepAlive(spark))
+    monkeypatch.setattr(cli, "_session", lambda *_args: _KeepAlive(spark))
     app = typer.Typer()
     cli.register(app)
     env = {"MQSTORE_DSN": dsn, "MQSTORE_TABLE_PREFIX": ""}

@@ -165,7 +165,7 @@ def test_audit_command_warns_of_xids_xa_recovery_refuses_and_exits_3_over_the_li
     spark: Any, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _prepare_and_damage(engine)
-    monkeypatch.setattr(cli, "_session", lambda _master, _memory: _KeepAlive(spark))
+    monkeypatch.setattr(cli, "_session", lambda *_args: _KeepAlive(spark))
     app = typer.Typer()
     cli.register(app)
     out = tmp_path / "audit"

@@ -5,13 +5,15 @@ and a rerun with more memory exports it once."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from sqlalchemy.engine import Engine
 
-from mqstore.openwire import encode, text_message
+from mqstore.openwire import bytes_message, encode, text_message
 from tests.spark.conftest import dsn_of, execute, spark_job
 
 BODY_BYTES = 40 * 1024 * 1024
@@ -99,3 +101,40 @@ def test_driver_memory_must_be_a_size(engine: Engine, tmp_path: Path) -> None:
     assert result.stderr.strip() == (
         "error: invalid --driver-memory '2 GB': give a size such as 2g or 512m"
     )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")
+def test_a_full_disk_is_one_line_naming_it_and_spark_logs_to_a_file(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Spark's executors log their stack traces and the Python workers their tracebacks; the
+    command's stderr is one line with the innermost cause, the log file is named in it."""
+    noise = bytes_message(
+        os.urandom(512 * 1024), destination="queue://FULL", producer_id="ID:f-1-2-3:1:1", sequence=1
+    )
+    execute(
+        engine,
+        "INSERT INTO activemq_msgs (id, container, msgid_prod, msgid_seq, expiration, msg,"
+        " priority) SELECT g, 'queue://FULL', :p, g, 0, :m, 0 FROM generate_series(1, 8) g",
+        {"p": noise.msgid_prod, "m": encode(noise)},
+    )  # 4 MiB that do not compress, twice (MSG and body), into 2 MiB
+    out = tmp_path / "small"
+    out.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(out)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        full = spark_job(
+            "export", "--dsn", dsn_of(engine), "--out", str(out), "--master", "local[1]"
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(out)], check=False)
+    assert full.returncode == 1
+    lines = full.stderr.strip().splitlines()
+    assert len(lines) == 1, f"{len(lines)} lines, the last: {lines[-1]}"
+    line = lines[0]
+    assert line.startswith("error: the Spark job failed: ") and "No space left on device" in line
+    assert ": :" not in line and f"Spark's log: {out / '_logs' / 'export.log'}" in line

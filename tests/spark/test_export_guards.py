@@ -226,6 +226,14 @@ def _free_port() -> int:
         ("audit", "wrong-prefix", "no table nope_activemq_msgs, nope_activemq_acks"),
         ("export", "out-is-a-file", "is not a directory"),
         ("export", "bad-master", "unknown --master 'bogus://x'"),
+        ("audit", "bad-master", "unknown --master 'bogus://x'"),
+        ("export", "bad-memory", "invalid --driver-memory 'lots'"),
+        (
+            "export",
+            "no-java",
+            "install a Java 17 runtime (e.g. apt-get install "
+            "openjdk-17-jre-headless) or set JAVA_HOME",
+        ),
         ("export", "corrupt-watermarks", "not JSON"),
         ("audit", "missing-jar", "'/nonexistent/pg.jar' from $MQSTORE_JDBC_JAR does not exist"),
         ("export", "jar-is-a-directory", "from $MQSTORE_JDBC_JAR is not a file: point"),
@@ -256,6 +264,8 @@ def test_cli_mistakes_are_one_line_and_exit_1(
         out.write_text("not a directory")
     elif case == "bad-master":
         args[-1] = "bogus://x"
+    elif case == "bad-memory":
+        args += ["--driver-memory", "lots"]
     elif case == "empty-out":
         args[3] = ""
     elif case == "empty-archive":
@@ -276,6 +286,9 @@ def test_cli_mistakes_are_one_line_and_exit_1(
         with zipfile.ZipFile(tmp_path / "other.jar", "w") as other:  # a jar, not the driver's
             other.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
         env = {**os.environ, "MQSTORE_JDBC_JAR": jar}
+    elif case == "no-java":
+        env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+        env["PATH"] = str(tmp_path / "bin")  # holds no java
     result = mqstore(job, *args, env=env)
     assert result.returncode == 1
     if case == "jar-without-the-driver":  # the JVM started: its start-up lines come first
@@ -285,6 +298,8 @@ def test_cli_mistakes_are_one_line_and_exit_1(
         line = _one_line(result.stderr)
     assert line.startswith("error: ") and words in line
     assert not (out / "audit.json").exists()
+    if case in ("bad-master", "bad-memory", "no-java"):  # refused before anything is made
+        assert not out.exists()
 
 
 def test_audit_refuses_negative_thresholds(dsn: str, tmp_path: Path) -> None:

@@ -123,7 +123,14 @@ def test_commands_register_and_explain_missing_pyspark(monkeypatch: pytest.Monke
     ("stack", "says"),
     [
         ("Caused by: java.lang.OutOfMemoryError: Java heap space", "ran out of memory"),
-        ("Caused by: java.io.IOException: No space left on device", "the Spark job failed"),
+        (
+            "Caused by: java.io.IOException: No space left on device",
+            "the Spark job failed: java.io.IOException: No space left on device (",
+        ),
+        (
+            "Caused by: org.postgresql.util.PSQLException: FATAL: terminating connection",
+            "the Spark job failed: org.postgresql.util.PSQLException: FATAL: terminating",
+        ),
     ],
 )
 def test_a_task_out_of_memory_reported_as_an_internal_error_names_driver_memory(
@@ -142,6 +149,13 @@ def test_a_task_out_of_memory_reported_as_an_internal_error_names_driver_memory(
     line = job_failure.spark_failure(failure, not_ours, "512m")
     assert says in line
     assert ("--driver-memory 512m" in line) == (says == "ran out of memory")
+
+
+def test_a_first_line_without_its_class_is_told_without_a_leading_colon() -> None:
+    """PySpark words some failures ``: org.apache.spark.SparkException: ...``."""
+    failure = RuntimeError(": org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed")
+    said = job_failure.first_line(failure)
+    assert said == "org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed"
 
 
 def test_py4j_failing_to_call_into_a_jvm_exiting_out_of_memory_names_driver_memory() -> None:
@@ -204,6 +218,9 @@ def test_thresholds_crossed_are_told_in_whole_figures() -> None:
             "malformed_xids": 0,
             "undecodable": 0,
             "duplicate_message_ids": 0,
+            "priority_out_of_range": 0,
+            "container_mismatches": 0,
+            "msgid_mismatches": 0,
         },
         "lock": {"lease_age_ms": 61_500},
     }
