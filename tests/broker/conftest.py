@@ -8,10 +8,12 @@ database per test).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import Engine
 
 from mqstore.broker import BrokerConfig, RedeliveryPolicy
 from mqstore.broker.memory_store import MemoryStore
@@ -86,3 +88,17 @@ def mem_broker(memory_store: MemoryStore) -> Iterator[BrokerThread]:
     bt = BrokerThread(memory_store, FAST).start()
     yield bt
     bt.close()
+
+
+@pytest.fixture
+def pg_broker_one_redelivery(engine: Engine) -> Iterator[BrokerThread]:
+    """A broker on a PostgreSQL store that dead-letters a message past one redelivery."""
+    from mqstore.store.postgres import PostgresStore
+
+    store = PostgresStore(engine, cleanup_interval_s=0)
+    store.start()
+    policy = dataclasses.replace(FAST.redelivery, maximum_redeliveries=1)
+    broker = BrokerThread(store, dataclasses.replace(FAST, redelivery=policy)).start()
+    yield broker
+    broker.close()
+    store.stop()

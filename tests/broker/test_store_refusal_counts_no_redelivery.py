@@ -4,15 +4,9 @@ redelivery: healthy messages do not reach the DLQ however often that happens."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
-
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from mqstore.store.postgres import PostgresStore
-from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread, connect, wait_until
 
 P = {"persistent": "true"}
@@ -20,32 +14,22 @@ DLQ = "queue://ActiveMQ.DLQ"
 BODIES = ["m0", "m1", "m2"]
 
 
-@pytest.fixture
-def pg_broker(engine: Engine) -> Iterator[BrokerThread]:
-    store = PostgresStore(engine, cleanup_interval_s=0)
-    store.start()
-    policy = dataclasses.replace(FAST.redelivery, maximum_redeliveries=1)
-    broker = BrokerThread(store, dataclasses.replace(FAST, redelivery=policy)).start()
-    yield broker
-    broker.close()
-    store.stop()
-
-
-def _end_session_when_removed(engine: Engine, store_id: int) -> None:
-    """Make the COMMIT of any transaction that deletes row ``store_id`` lose its session,
-    so its outcome is unknown to the store (the database itself stays up)."""
+def _end_session_at_commit(engine: Engine, event: str, condition: str = "TRUE") -> None:
+    """Make the COMMIT of any transaction that does ``event`` (a trigger event such as
+    ``DELETE ON activemq_msgs``) to a row meeting ``condition`` lose its session, so its
+    outcome is unknown to the store (the database itself stays up)."""
     with engine.begin() as conn:
         conn.execute(
             sa.text(
                 "CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                f"IF OLD.id = {store_id} THEN PERFORM pg_terminate_backend(pg_backend_pid()); "
+                f"IF {condition} THEN PERFORM pg_terminate_backend(pg_backend_pid()); "
                 "END IF; RETURN NULL; END $$"
             )
         )
         conn.execute(
             sa.text(
-                "CREATE CONSTRAINT TRIGGER end_at_commit AFTER DELETE ON activemq_msgs "
-                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_session()"
+                f"CREATE CONSTRAINT TRIGGER end_at_commit AFTER {event} DEFERRABLE "
+                "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_session()"
             )
         )
 
@@ -62,24 +46,24 @@ def _ack_refused(port: int) -> None:
 
 
 def test_messages_of_a_connection_closed_by_a_store_refusal_stay_off_the_dlq(
-    pg_broker: BrokerThread, engine: Engine
+    pg_broker_one_redelivery: BrokerThread, engine: Engine
 ) -> None:
-    prod, _ = connect(pg_broker.port)
+    prod, _ = connect(pg_broker_one_redelivery.port)
     for n, body in enumerate(BODIES):
         prod.send("/queue/work", body, headers=P, receipt=f"s{n}")
     prod.disconnect(receipt="bye")
     with engine.connect() as conn:
         first_id = conn.execute(sa.text("SELECT min(id) FROM activemq_msgs")).scalar_one()
-    _end_session_when_removed(engine, first_id)
+    _end_session_at_commit(engine, "DELETE ON activemq_msgs", f"OLD.id = {first_id}")
 
     # Twice (the maximum is 1 redelivery): the ACK of m0 is refused by the store, and the
     # broker closes the connection holding m1 and m2.
     for _ in range(2):
-        _ack_refused(pg_broker.port)
+        _ack_refused(pg_broker_one_redelivery.port)
 
     with engine.begin() as conn:
         conn.execute(sa.text("DROP TRIGGER end_at_commit ON activemq_msgs"))
-    cons, col = connect(pg_broker.port)
+    cons, col = connect(pg_broker_one_redelivery.port)
     cons.subscribe("/queue/work", id="1", ack="client-individual")
     back = col.wait_messages(3, timeout=15)
     assert sorted(m.body for m in back) == BODIES
@@ -87,7 +71,7 @@ def test_messages_of_a_connection_closed_by_a_store_refusal_stay_off_the_dlq(
     for n, m in enumerate(back):
         cons.ack(m.headers["ack"], receipt=f"a{n}")
     assert col.wait(lambda: {"a0", "a1", "a2"} <= set(col.receipts), timeout=15), col.errors
-    store = pg_broker.store
+    store = pg_broker_one_redelivery.store
     assert wait_until(lambda: store.count("queue://work") == 0)
     assert store.count(DLQ) == 0
     cons.disconnect()
@@ -109,35 +93,23 @@ def _durable_ack_refused(port: int) -> None:
 
 
 def test_a_durable_subscription_closed_by_store_refusals_keeps_its_messages_off_the_dlq(
-    pg_broker: BrokerThread, engine: Engine
+    pg_broker_one_redelivery: BrokerThread, engine: Engine
 ) -> None:
-    cons, col = connect(pg_broker.port, client_id="c1")
+    cons, col = connect(pg_broker_one_redelivery.port, client_id="c1")
     cons.subscribe("/topic/t", id="1", headers={"activemq.subscriptionName": "s"}, receipt="sub")
     assert col.wait(lambda: "sub" in col.receipts)
     cons.disconnect(receipt="gone")
-    prod, _ = connect(pg_broker.port)
+    prod, _ = connect(pg_broker_one_redelivery.port)
     for n, body in enumerate(BODIES):
         prod.send("/topic/t", body, headers=P, receipt=f"s{n}")
     prod.disconnect(receipt="bye")
-    with engine.begin() as conn:  # every ACK of the subscription loses its session
-        conn.execute(
-            sa.text(
-                "CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                "PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "CREATE CONSTRAINT TRIGGER end_at_commit AFTER UPDATE ON activemq_acks "
-                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_session()"
-            )
-        )
+    _end_session_at_commit(engine, "UPDATE ON activemq_acks")  # every ACK of s
     for _ in range(2):  # the maximum is 1 redelivery
-        _durable_ack_refused(pg_broker.port)
+        _durable_ack_refused(pg_broker_one_redelivery.port)
 
     with engine.begin() as conn:
         conn.execute(sa.text("DROP TRIGGER end_at_commit ON activemq_acks"))
-    cons, col = connect(pg_broker.port, client_id="c1")
+    cons, col = connect(pg_broker_one_redelivery.port, client_id="c1")
     cons.subscribe(
         "/topic/t", id="1", ack="client-individual",
         headers={"activemq.subscriptionName": "s"},
@@ -148,5 +120,5 @@ def test_a_durable_subscription_closed_by_store_refusals_keeps_its_messages_off_
     for n, m in enumerate(back):
         cons.ack(m.headers["ack"], receipt=f"a{n}")
     assert col.wait(lambda: {"a0", "a1", "a2"} <= set(col.receipts), timeout=15), col.errors
-    assert pg_broker.store.count(DLQ) == 0
+    assert pg_broker_one_redelivery.store.count(DLQ) == 0
     cons.disconnect()
