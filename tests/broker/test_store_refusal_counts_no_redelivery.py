@@ -34,10 +34,12 @@ def _end_session_at_commit(engine: Engine, event: str, condition: str = "TRUE") 
         )
 
 
-def _ack_refused(port: int) -> None:
-    """Receive all three, ACK m0 with a receipt and see the store refuse it (ERROR)."""
-    cons, col = connect(port)
-    cons.subscribe("/queue/work", id="1", ack="client-individual")
+def _ack_refused(port: int, destination: str = "/queue/work", durable: str = "") -> None:
+    """Subscribe to ``destination`` (as durable subscription ``durable`` of client c1, if
+    named), receive all three, ACK m0 with a receipt and see the store refuse it (ERROR)."""
+    cons, col = connect(port, client_id="c1" if durable else None)
+    headers = {"activemq.subscriptionName": durable} if durable else {}
+    cons.subscribe(destination, id="1", ack="client-individual", headers=headers)
     got = {m.body: m for m in col.wait_messages(3, timeout=15)}
     assert sorted(got) == BODIES
     cons.ack(got["m0"].headers["ack"], receipt="acked")
@@ -77,21 +79,6 @@ def test_messages_of_a_connection_closed_by_a_store_refusal_stay_off_the_dlq(
     cons.disconnect()
 
 
-def _durable_ack_refused(port: int) -> None:
-    """Attach durable subscription s, receive all three, ACK m0 with a receipt and see the
-    store refuse it (ERROR)."""
-    cons, col = connect(port, client_id="c1")
-    cons.subscribe(
-        "/topic/t", id="1", ack="client-individual",
-        headers={"activemq.subscriptionName": "s"},
-    )  # fmt: skip
-    got = {m.body: m for m in col.wait_messages(3, timeout=15)}
-    assert sorted(got) == BODIES
-    cons.ack(got["m0"].headers["ack"], receipt="acked")
-    assert col.wait(lambda: bool(col.errors), timeout=15)
-    assert "store is unavailable" in col.errors[0].headers["message"]
-
-
 def test_a_durable_subscription_closed_by_store_refusals_keeps_its_messages_off_the_dlq(
     pg_broker_one_redelivery: BrokerThread, engine: Engine
 ) -> None:
@@ -105,7 +92,7 @@ def test_a_durable_subscription_closed_by_store_refusals_keeps_its_messages_off_
     prod.disconnect(receipt="bye")
     _end_session_at_commit(engine, "UPDATE ON activemq_acks")  # every ACK of s
     for _ in range(2):  # the maximum is 1 redelivery
-        _durable_ack_refused(pg_broker_one_redelivery.port)
+        _ack_refused(pg_broker_one_redelivery.port, "/topic/t", durable="s")
 
     with engine.begin() as conn:
         conn.execute(sa.text("DROP TRIGGER end_at_commit ON activemq_acks"))
