@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from mqstore.db import describe_connect_error
-from mqstore.errors import ConfigError, LockLostError
+from mqstore.db import LOCK_NOT_AVAILABLE, describe_connect_error, sqlstate
+from mqstore.errors import ConfigError, LockError, LockLostError
 from mqstore.lock.guard import Guard
 from mqstore.lock.locker import Renewal
 from mqstore.lock.retries import RetryWarnings
@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 #: How many lease ends a holder remembers having sent since its last confirmed renewal:
 #: renewals whose reply was lost may each have committed (a 5 s renewal fills it in 80 min).
 MAX_UNCONFIRMED_LEASES = 1000
+
+
+class RowLockedError(LockError):
+    """The lock row is held by a row-lock master (ActiveMQ's default database locker, or
+    ``--lock row``): a lease UPDATE would wait for as long as that master lives."""
 
 
 def guard_name(schema: StoreSchema, holder: str) -> str:
@@ -130,7 +135,15 @@ class LeaseLocker:
         conn = self.engine.connect()
         guard: Guard | None = None
         try:
-            started, until = self._write_lease(conn, condition)
+            # A row-lock master holds the row for its whole life: do not queue behind it.
+            conn.execute(sa.text(f"SET LOCAL lock_timeout = {max(int(self.poll_s * 1000), 100)}"))
+            try:
+                started, until = self._write_lease(conn, condition)
+            except DBAPIError as exc:
+                if sqlstate(exc) != LOCK_NOT_AVAILABLE:
+                    raise
+                conn.rollback()
+                raise RowLockedError(self.row_locked()) from None
             # The first look at pg_stat_activity in this transaction (it is read once per
             # transaction), after the UPDATE locked the row: a holder's acquisition that
             # committed before it had named its guard before that.
@@ -273,6 +286,15 @@ class LeaseLocker:
         )
         return False
 
+    def row_locked(self) -> str:
+        """Why a lease cannot be taken while a row-lock master holds the lock row."""
+        return (
+            f"the lock {self.schema.lock.name} is held as a row lock by another session (a "
+            "row-lock master: ActiveMQ's default database locker, or mqstore --lock row); this "
+            "broker uses a lease, which that master does not see: every broker sharing the "
+            "lock must use the same lock mode (--lock row here, or a lease locker there)"
+        )
+
     def acquire(self, stop: threading.Event) -> bool:
         # what was last logged: the row, or (the name, OwnLease) while it names this broker,
         # which is logged once as a warning rather than at each of that holder's renewals
@@ -300,6 +322,10 @@ class LeaseLocker:
                         level = logging.INFO if own is None else logging.WARNING
                         log.log(level, "%s", standby_message(status, own))
                         last_seen = seen
+                except RowLockedError as exc:
+                    if last_seen != "row":
+                        log.warning("%s; waiting until it lets go", exc)
+                        last_seen = "row"
                 except SQLAlchemyError as exc:
                     self._watch.drop()
                     retries.failed(

@@ -84,6 +84,11 @@ class RowLocker:
                 conn.rollback()
                 conn.close()
                 break
+            live = self._live_lease(conn)
+            if live:
+                conn.rollback()
+                conn.close()
+                raise LockError(live)
             conn.execute(sa.text("SET lock_timeout = 0"))
             xact = conn.execute(sa.text("SELECT CAST(pg_current_xact_id() AS text)")).scalar_one()
             with self._mutex:
@@ -91,6 +96,24 @@ class RowLocker:
             log.info("became master: row lock on %s", lock.name)
             return True
         return False
+
+    def _live_lease(self, conn: Connection) -> str:
+        """Why the row lock just taken does not make this broker master: the row holds a
+        lease that has not run out (a lease master's, committed; a row-lock master's
+        keep-alive is never committed), or "" when it does not."""
+        lock = self.schema.lock
+        found = conn.execute(
+            sa.select(lock.c.broker_name, lock.c.time).where(lock.c.id == 1)
+        ).first()
+        now = int(time.time() * 1000)
+        if found is None or found.time is None or found.time <= now:
+            return ""
+        return (
+            f"the lock {lock.name} is held as a lease by {found.broker_name} for another "
+            f"{found.time - now} ms, which a row lock does not keep out (its master would go "
+            "on writing): every broker sharing the lock must use the same lock mode (--lock "
+            "lease here, or ActiveMQ's database-locker there)"
+        )
 
     @staticmethod
     def _wait_for_writes(conn: Connection, row: sa.Select[Any], stop: threading.Event) -> bool:
