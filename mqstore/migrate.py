@@ -293,10 +293,13 @@ def require_head(conn: Connection, prefix: str = "") -> None:
                 f"but table {msgs} is there: ActiveMQ made it; run `mqstore db adopt` to "
                 "take its tables over, keeping every row"
             )
+        beside = prefixes_beside(conn, prefix)
+        named = ", ".join(repr(b) for b in beside)
+        there = f" (tables with prefix {named} are there)" if beside else ""
         raise SchemaVersionError(
-            f"database has no mqstore schema for prefix {prefix!r} in schema {where}: run "
-            "`mqstore db upgrade` (or `mqstore db adopt` if ActiveMQ created the tables), or "
-            "give the --table-prefix or search_path (options=-csearch_path=...) they are under"
+            f"database has no mqstore schema for prefix {prefix!r} in schema {where}{there}: "
+            "run `mqstore db upgrade` (or `mqstore db adopt` if ActiveMQ created the tables), "
+            "or give the --table-prefix or search_path (options=-csearch_path=...) they are under"
         )
     if current not in known_revisions():
         raise SchemaVersionError(

@@ -285,3 +285,16 @@ def test_stats_shows_its_own_journals_checkpoint_and_knows_another_databases(
     shown = mqstore("stats", "--dsn", dsn, "--journal-dir", str(journal_dir))
     assert shown.returncode == 0, shown.stderr
     assert "not a journal of this database" in " ".join(shown.stdout.split())
+
+
+def test_serve_and_db_status_on_a_forgotten_prefix_name_the_prefix_whose_tables_are_there(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    assert mqstore("db", "upgrade", "--dsn", empty_dsn, "--table-prefix", "BRK1_").returncode == 0
+    serve = mqstore("serve", "--dsn", empty_dsn, "--no-journal", "--stomp", "127.0.0.1:0",
+                    "--data-dir", str(tmp_path))  # fmt: skip
+    status = mqstore("db", "status", "--dsn", empty_dsn)
+    assert serve.returncode == 2, serve.stderr
+    for said in (serve.stderr, status.stdout + status.stderr):
+        assert "no mqstore schema for prefix ''" in said, said
+        assert "(tables with prefix 'BRK1_' are there)" in said, said
