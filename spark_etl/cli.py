@@ -11,9 +11,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
-import shutil
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -22,15 +19,11 @@ from typing import Annotated, Any
 import typer
 
 from .job_failure import first_line, quiet_py4j, spark_failure
+from .launch import check_options, fail, log_file, require_pyspark
+from .launch import start_session as _session  # by this name, tests stand in for it
 
 #: Exit code when the audit crosses a configured threshold.
 EXIT_THRESHOLD = 3
-_INSTALL_HINT = "PySpark is not installed: pip install 'mqstore[spark]'"
-#: Masters Spark knows (``spark-submit --master``); anything else fails inside the JVM.
-_MASTER = re.compile(
-    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
-    r"|yarn|(spark|k8s|mesos)://\S+"
-)
 #: Where ``mqstore serve`` keeps its embedded store by default (``MQSTORE_DATA_DIR``).
 EMBEDDED_DATA_DIR = "mqstore-data"
 #: Tables each job reads (``history`` is optional).
@@ -58,38 +51,10 @@ Memory = Annotated[
         help="JVM heap of a local run, e.g. 2g, 8g (under spark-submit: its --driver-memory)",
     ),
 ]
-#: A JVM heap size as Spark takes it (``512m``, ``4g``; a bare number is MiB).
-_MEMORY = re.compile(r"([1-9]\d*)([kmgt]?)", re.IGNORECASE)
-_UNIT_MIB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-#: The least heap Spark starts with: 1.5 times its 300 MiB reserve, and some room.
-MIN_DRIVER_MIB = 512
-
-
-def driver_memory(value: str) -> str:
-    """``value`` as a JVM heap size: a bare number means MiB, as ``spark.driver.memory``
-    reads it (the JVM would read ``-Xmx2048`` as 2048 bytes). Raises ValueError, saying what
-    to give, for anything else or a heap too small for Spark to start."""
-    match = _MEMORY.fullmatch(value.strip())
-    if match is None:
-        raise ValueError(f"invalid --driver-memory {value!r}: give a size such as 2g or 512m")
-    number, unit = match.groups()
-    if int(number) * _UNIT_MIB[unit.lower() or "m"] < MIN_DRIVER_MIB:
-        raise ValueError(
-            f"--driver-memory {value!r} is too small: Spark needs at least "
-            f"{MIN_DRIVER_MIB}m (give a size such as 2g or 512m)"
-        )
-    return f"{number}{unit.lower() or 'm'}"
-
-
 Master = Annotated[
     str | None,
     typer.Option("--master", help="Spark master (default local[*]; unset under spark-submit)"),
 ]
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(message, err=True)
-    return typer.Exit(code)
 
 
 def _directory(option: str) -> Callable[[str], Path]:
@@ -98,107 +63,10 @@ def _directory(option: str) -> Callable[[str], Path]:
 
     def parse(value: str) -> Path:
         if not value.strip():
-            raise _fail(f"error: {option} is empty: give a directory")
+            raise fail(f"error: {option} is empty: give a directory")
         return Path(value)
 
     return parse
-
-
-def _require_pyspark() -> None:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise _fail(_INSTALL_HINT) from None
-
-
-def _java_missing() -> str | None:
-    """Why no JVM can start here, as Spark's launcher looks for one (``$JAVA_HOME/bin/java``,
-    else ``java`` on the PATH); None when one can, or under ``spark-submit`` (its JVM runs)."""
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
-        return None
-    install = "install a Java 17 runtime (e.g. apt-get install openjdk-17-jre-headless)"
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        if os.access(Path(home) / "bin" / "java", os.X_OK):
-            return None
-        return f"JAVA_HOME={home} holds no bin/java: {install} or set JAVA_HOME to one"
-    if shutil.which("java"):
-        return None
-    return (
-        f"no Java runtime (JAVA_HOME is not set, no java on the PATH): {install} or set JAVA_HOME"
-    )
-
-
-def _check_options(master: str | None, memory: str) -> str:
-    """Check what starting Spark needs before anything is read or created: PySpark, Java,
-    ``--master`` and ``--driver-memory`` (returned normalised); else one line, exit code 1."""
-    _require_pyspark()
-    if master is not None and not _MASTER.fullmatch(master):
-        raise _fail(
-            f"error: unknown --master {master!r}: give local, local[N], local[*], "
-            "spark://HOST:PORT, yarn or k8s://URL (or leave it unset under spark-submit)"
-        )
-    try:
-        memory = driver_memory(memory)
-    except ValueError as exc:
-        raise _fail(f"error: {exc}") from None
-    if missing := _java_missing():
-        raise _fail(f"error: {missing}")
-    return memory
-
-
-def _session(master: str | None, memory: str = "2g", log: Path | None = None) -> Any:
-    """The SparkSession, or a one-line error when PySpark, Java, the JDBC jar, the master or
-    the driver memory is wrong. A local JVM logs into ``log`` (:func:`_jvm_stderr`)."""
-    memory = _check_options(master, memory)
-    from .session import JdbcJarMissingError, build_session
-
-    try:
-        with _jvm_stderr(log):
-            return build_session(master, driver_memory=memory)
-    except JdbcJarMissingError as exc:
-        raise _fail(f"error: {exc}") from None
-    except Exception as exc:  # the JVM did not start: master unreachable...
-        where = f"; Spark's log: {log}" if log else ""
-        raise _fail(
-            f"error: cannot start Spark (--master {master or 'local[*]'}): {first_line(exc)}"
-            + where
-        ) from None
-
-
-def _log_file(out: Path, job: str) -> Path | None:
-    """``OUT/_logs/JOB.log`` (emptied), where the job's JVM logs; None if it cannot be made."""
-    log = out / "_logs" / f"{job}.log"
-    try:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_bytes(b"")
-    except OSError:
-        return None
-    return log
-
-
-@contextmanager
-def _jvm_stderr(log: Path | None) -> Iterator[None]:
-    """Meanwhile, make ``log`` this process's file descriptor 2: a JVM started now keeps it as
-    its stderr, and so do the Python workers it starts, so Spark's log, executors' stack
-    traces and workers' tracebacks go there; the CLI's own stderr is the one line it says."""
-    if log is None:
-        yield
-        return
-    try:
-        fd = os.open(log, os.O_WRONLY | os.O_APPEND)
-    except OSError:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(fd, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
 
 
 class _ConsoleWarnings(logging.Handler):
@@ -261,7 +129,7 @@ def _run(
             message = f"{exc.strerror or exc}{where}"
         else:
             message = f"the Spark job failed: {first_line(exc)}"
-    raise _fail(f"error: {message}")
+    raise fail(f"error: {message}")
 
 
 def _source(dsn: str | None, master: str | None, held: ExitStack) -> str:
@@ -282,14 +150,14 @@ def _source(dsn: str | None, master: str | None, held: ExitStack) -> str:
     # jobs must not import)
     data_dir = Path(os.environ.get("MQSTORE_DATA_DIR") or EMBEDDED_DATA_DIR).expanduser()
     if not store_exists(data_dir):
-        raise _fail(
+        raise fail(
             "error: no --dsn given and no embedded store in "
             f"{data_dir if data_dir.is_absolute() else f'./{data_dir}'}: pass --dsn "
             "postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME (or set MQSTORE_DSN) of the "
             "database the broker stores in"
         )
     if master is not None and not master.startswith("local"):
-        raise _fail(
+        raise fail(
             f"error: --master {master}: the embedded store in {data_dir} is reachable from "
             "this machine only; run with a local master (local[*] is the default) or pass "
             "--dsn of a PostgreSQL the cluster can reach"
@@ -321,7 +189,7 @@ def _preflight(dsn: str, prefix: str, out: Path, tables: tuple[str, ...]) -> Any
 
     Returns the database's identity. Each problem is one line and exit code 1.
     """
-    _require_pyspark()
+    require_pyspark()
     from .sources import inspect_database
 
     def check() -> Any:
@@ -351,7 +219,7 @@ def export_command(
     from rich.console import Console
     from rich.progress import Progress
 
-    driver_memory = _check_options(master, driver_memory)  # before anything is created
+    driver_memory = check_options(master, driver_memory)  # before anything is created
     from .export import STEPS, check_archive, export, export_lock
 
     with ExitStack() as held:  # the source and the directory's lock, held to the end
@@ -359,7 +227,7 @@ def export_command(
         identity = _preflight(source, table_prefix, out, EXPORT_TABLES)
         lock = _run(lambda: held.enter_context(export_lock(out)))
         _run(lambda: check_archive(lock.directory, identity, table_prefix))
-        log = _log_file(out, "export")
+        log = log_file(out, "export")
         spark = _session(master, driver_memory, log)
         console = Console(stderr=True)
         try:
@@ -467,7 +335,7 @@ def audit_command(
     ] = False,
 ) -> None:
     """Audit the store; writes audit.json and audit.html; exit 3 when a threshold is crossed."""
-    driver_memory = _check_options(master, driver_memory)  # before anything is created
+    driver_memory = check_options(master, driver_memory)  # before anything is created
     with ExitStack() as held:  # the source, held until Spark has stopped
         source = _source(dsn, master, held)
         identity = _preflight(source, table_prefix, out, AUDIT_TABLES)
@@ -475,7 +343,7 @@ def audit_command(
 
         _run(lambda: _writable(out))  # before Spark starts
         _run(lambda: history_archive(out, archive, identity, table_prefix))
-        log = _log_file(out, "audit")
+        log = log_file(out, "audit")
         spark = _session(master, driver_memory, log)
         from .audit import Thresholds, anomaly_summary, audit
 

@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from spark_etl import cli, job_failure, session
+from spark_etl import cli, job_failure, launch, session
 from spark_etl.decode import decode_msg
 from spark_etl.durable import write_atomically
 from spark_etl.report_html import bar_chart
@@ -282,7 +282,7 @@ def test_a_table_prefix_no_broker_can_use_is_named_not_blamed_on_the_connection(
     ("given", "heap"), [("2g", "2g"), ("2048", "2048m"), ("512M", "512m"), ("4194304k", "4194304k")]
 )
 def test_driver_memory_reads_a_bare_number_as_mib_as_spark_does(given: str, heap: str) -> None:
-    assert cli.driver_memory(given) == heap
+    assert launch.driver_memory(given) == heap
 
 
 @pytest.mark.parametrize("given", ["1024k", "256m", "100", "0", "2 GB", "2gb", ""])
@@ -290,4 +290,4 @@ def test_a_driver_memory_spark_cannot_start_with_is_refused_saying_what_to_give(
     given: str,
 ) -> None:
     with pytest.raises(ValueError, match=r"give a size such as 2g or 512m"):
-        cli.driver_memory(given)
+        launch.driver_memory(given)
