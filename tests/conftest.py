@@ -294,3 +294,20 @@ def database_away(engine: Engine, databases: Databases) -> Iterator[None]:
             admin.execute(
                 sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name))
             )
+
+
+@contextlib.contextmanager
+def small_tmpfs(directory: Path, size: str) -> Iterator[Path]:
+    """``directory`` (made here) as a tmpfs of ``size`` (``2m``), unmounted afterwards; the
+    test is skipped where none can be mounted (not root, or no mount permission)."""
+    directory.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)

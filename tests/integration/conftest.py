@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
 
+from mqstore.lock import LeaseLocker, RowLocker
+from mqstore.schema import build_schema
 from mqstore.store import NewMessage, PostgresStore
 
 StoreFactory = Callable[..., PostgresStore]
@@ -51,3 +55,25 @@ def msg(
         priority=priority,
         expiration=expiration,
     )
+
+
+@contextlib.contextmanager
+def lease_held(engine: Engine, holder: str) -> Iterator[LeaseLocker]:
+    """Broker ``holder`` holds the lease (long enough to outlast a test), then releases it."""
+    lease = LeaseLocker(engine, build_schema(""), holder, lease_ms=120_000, renew_ms=1000)
+    assert lease.try_acquire()
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+@contextlib.contextmanager
+def row_lock_held(engine: Engine, holder: str) -> Iterator[RowLocker]:
+    """A row-lock master ``holder`` holds the lock row in its open transaction."""
+    row = RowLocker(engine, build_schema(""), holder)
+    assert row.acquire(threading.Event())
+    try:
+        yield row
+    finally:
+        row.release()

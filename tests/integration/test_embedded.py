@@ -27,7 +27,7 @@ import pytest
 import stomp
 
 from mqstore.embedded import store_exists
-from tests.conftest import REPO
+from tests.conftest import REPO, small_tmpfs
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 NOBODY = 65534
@@ -102,6 +102,12 @@ class Workdir:
                 if comm == "postgres" and cwd.startswith(str(self.path)):
                     pids.append(int(entry.name))
         return pids
+
+    def kill_postgres(self) -> None:
+        """SIGKILL the embedded server's processes (a test whose server is in a tmpfs)."""
+        for pid in self.postgres_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         for proc in self.procs:
@@ -269,15 +275,8 @@ def test_half_made_cluster_of_an_older_version_is_made_again(work: Workdir) -> N
 
 @pytest.mark.skipif(not IS_ROOT, reason="mounting a small file system needs root")
 def test_full_disk_at_first_start_is_one_line_naming_the_cause(work: Workdir) -> None:
-    small = work.path / "small"
-    small.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(small)],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
-    try:
+    with small_tmpfs(work.path / "small", "20m") as small, contextlib.ExitStack() as cleanup:
+        cleanup.callback(work.kill_postgres)
         result = subprocess.run(
             [sys.executable, "-m", "mqstore", "serve", "--stomp", f"127.0.0.1:{_free_port()}",
              "--log-level", "WARNING"],
@@ -291,11 +290,6 @@ def test_full_disk_at_first_start_is_one_line_naming_the_cause(work: Workdir) ->
         assert "free disk space" in lines[0]
         # nothing half-made is left to trip the next start
         assert not [p.name for p in (small / "mqstore-data").glob("pg*")]
-    finally:
-        for pid in work.postgres_pids():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def test_start_failure_reports_the_servers_fatal_line(work: Workdir) -> None:

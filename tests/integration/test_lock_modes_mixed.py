@@ -20,6 +20,7 @@ from mqstore.errors import LockError
 from mqstore.lock import LeaseLocker, Renewal, RowLocker
 from mqstore.lock.exclusive import ExclusiveLease
 from mqstore.schema import build_schema
+from tests.integration.conftest import lease_held, row_lock_held
 
 SCHEMA = build_schema("")
 #: Only a guard against a hung test: each call below normally returns within a second.
@@ -49,19 +50,15 @@ def _finishes(call: Callable[[], Any]) -> Any:
 @pytest.fixture
 def lease_of_amq(engine: Engine) -> Iterator[LeaseLocker]:
     """Broker ``amqA`` holds the lease (long enough to outlast the test)."""
-    lease = LeaseLocker(engine, SCHEMA, "amqA", lease_ms=120_000, renew_ms=1000)
-    assert lease.try_acquire()
-    yield lease
-    lease.release()
+    with lease_held(engine, "amqA") as lease:
+        yield lease
 
 
 @pytest.fixture
 def row_lock_of_amq(engine: Engine) -> Iterator[RowLocker]:
     """A row-lock master holds the lock row in its open transaction."""
-    row = RowLocker(engine, SCHEMA, "amqA")
-    assert row.acquire(threading.Event())
-    yield row
-    row.release()
+    with row_lock_held(engine, "amqA") as row:
+        yield row
 
 
 def test_a_row_locker_refuses_while_another_broker_holds_a_live_lease(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from mqstore.errors import LockError
 from mqstore.lock import LeaseLocker, Renewal, RowLocker
 from mqstore.schema import build_schema
 from mqstore.settings import load_settings
+from tests.integration.conftest import lease_held, row_lock_held
 
 SCHEMA = build_schema("")
 
@@ -41,19 +41,15 @@ def _tables(engine: Engine) -> tuple[object, ...]:
 @pytest.fixture
 def lease_of_nj2(engine: Engine) -> Iterator[LeaseLocker]:
     """Broker ``nj2`` holds the lease (long enough to outlast a starting process)."""
-    lease = LeaseLocker(engine, SCHEMA, "nj2", lease_ms=120_000, renew_ms=1000)
-    assert lease.try_acquire()
-    yield lease
-    lease.release()
+    with lease_held(engine, "nj2") as lease:
+        yield lease
 
 
 @pytest.fixture
 def row_lock_of_nj2(engine: Engine) -> Iterator[RowLocker]:
     """A row-lock master holds the lock row in its open transaction."""
-    row = RowLocker(engine, SCHEMA, "nj2")
-    assert row.acquire(threading.Event())
-    yield row
-    row.release()
+    with row_lock_held(engine, "nj2") as row:
+        yield row
 
 
 def _serve_x4(dsn: str, data_dir: Path) -> tuple[subprocess.Popen[str], str]:

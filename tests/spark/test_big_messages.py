@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,6 +13,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from mqstore.openwire import bytes_message, encode, text_message
+from tests.conftest import small_tmpfs
 from tests.spark.conftest import dsn_of, execute, spark_job
 
 BODY_BYTES = 40 * 1024 * 1024
@@ -118,20 +118,10 @@ def test_a_full_disk_is_one_line_naming_it_and_spark_logs_to_a_file(
         " priority) SELECT g, 'queue://FULL', :p, g, 0, :m, 0 FROM generate_series(1, 8) g",
         {"p": noise.msgid_prod, "m": encode(noise)},
     )  # 4 MiB that do not compress, twice (MSG and body), into 2 MiB
-    out = tmp_path / "small"
-    out.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(out)],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
-    try:
+    with small_tmpfs(tmp_path / "small", "2m") as out:
         full = spark_job(
             "export", "--dsn", dsn_of(engine), "--out", str(out), "--master", "local[1]"
         )
-    finally:
-        subprocess.run(["umount", "-l", str(out)], check=False)
     assert full.returncode == 1
     lines = full.stderr.strip().splitlines()
     assert len(lines) == 1, f"{len(lines)} lines, the last: {lines[-1]}"
