@@ -256,15 +256,6 @@ def _widest(base: str) -> str:
     return f"max(octet_length({column}))" if column else "NULL::bigint"
 
 
-def key_bounds(
-    spark: SparkSession, src: JdbcSource, base: str, key: str, after: int | None = None
-) -> tuple[int | None, int | None, int | None]:
-    """MIN and MAX of ``key`` (above ``after`` when given) and the widest value of the
-    table's wide column among those rows; all None for no rows."""
-    lo, hi, widest, _ = key_splits(spark, src, base, key, after=after)
-    return lo, hi, widest
-
-
 def key_splits(
     spark: SparkSession,
     src: JdbcSource,
@@ -274,10 +265,11 @@ def key_splits(
     after: int | None = None,
     upto: int | None = None,
     parts: int = 1,
-) -> tuple[int | None, int | None, int | None, list[int]]:
-    """:func:`key_bounds` of the rows with ``after < key <= upto``, and the ``key`` values
-    that cut them into ``parts`` ranges of about as many rows each (its quantiles, by
-    ``percentile_disc``: distinct, ascending, fewer when values repeat), in one query."""
+) -> tuple[int | None, list[int]]:
+    """Of the rows with ``after < key <= upto``: the widest value of the table's wide
+    column, and the ``key`` values that cut them into ``parts`` ranges of about as many rows
+    each (its quantiles, by ``percentile_disc``: distinct, ascending, fewer when values
+    repeat; none for no rows), in one query."""
     conds = [f"{key} > {int(after)}"] if after is not None else []
     conds += [f"{key} <= {int(upto)}"] if upto is not None else []
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
@@ -295,11 +287,11 @@ def key_splits(
         f"{cuts} AS cuts FROM {src.table(base)}{where}",
     ).first()
     if row is None or row["lo"] is None:
-        return None, None, None, []
+        return None, []
     widest = None if row["widest"] is None else int(row["widest"])
     lo, hi = int(row["lo"]), int(row["hi"])
     values = {int(v) for v in (row["cuts"] or "").split(",") if v}
-    return lo, hi, widest, sorted(v for v in values if lo <= v < hi)
+    return widest, sorted(v for v in values if lo <= v < hi)
 
 
 def default_partitions(spark: SparkSession) -> int:
@@ -327,7 +319,7 @@ def read_ranged(
     widest row (:func:`rows_per_fetch`).
     """
     n = partitions or default_partitions(spark)
-    _, _, widest, cuts = key_splits(spark, src, base, key, after=after, upto=upto, parts=n)
+    widest, cuts = key_splits(spark, src, base, key, after=after, upto=upto, parts=n)
     options = _sized(src, widest).options()
     if cuts:
         ranges = [
@@ -401,7 +393,6 @@ __all__ = [
     "SourceError",
     "inspect_database",
     "jdbc_source",
-    "key_bounds",
     "key_splits",
     "read_acks",
     "read_keys",
