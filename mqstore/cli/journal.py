@@ -207,6 +207,7 @@ def journal_forget(
     def body() -> None:
         from journal import runs
         from mqstore.app import open_database
+        from mqstore.lock.exclusive import free_kept_lease
         from mqstore.schema import build_schema
 
         settings = settings_to_read(dsn, table_prefix, data_dir)
@@ -219,11 +220,21 @@ def journal_forget(
             )
         with open_database(settings) as database, database.engine.begin() as conn:
             migrate.require_head(conn, settings.table_prefix)
-            if not runs.forget(conn, schema, journal_id):
+            lost = next(
+                (j for j in runs.unfinished(conn, schema, "") if j.journal_id == journal_id),
+                None,
+            )
+            if lost is None or not runs.forget(conn, schema, journal_id):
                 raise ConfigError(
                     f"{schema.journal.name} has no journal {journal_id!r} left running: "
                     "nothing to forget"
                 )
+            freed = free_kept_lease(conn, schema, lost.broker_name)
         console.print(f"journal {journal_id} forgotten: a broker may start on another journal")
+        if freed:
+            console.print(
+                f"the lease on {schema.lock.name} that broker {lost.broker_name} kept for it "
+                "is free: a standby may take it"
+            )
 
     run(body)

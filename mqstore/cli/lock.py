@@ -19,16 +19,30 @@ def lock_status(
     """Who holds the master lock and until when."""
 
     def body() -> None:
+        from journal import runs
         from mqstore.app import open_database
-        from mqstore.lock import describe_lock
+        from mqstore.lock import describe_lock, journal_kept_advice
         from mqstore.schema import build_schema
 
         settings = settings_to_read(dsn, table_prefix, data_dir)
         schema = build_schema(settings.table_prefix)
+        left: list[runs.UnfinishedJournal] = []
         with open_database(settings, read_only=True) as database, database.engine.connect() as conn:
             status, state = describe_lock(conn, schema)
+            if status.journaled:
+                left = [
+                    j
+                    for j in runs.unfinished(conn, schema, other_than="")
+                    if j.broker_name == status.broker_name
+                ]
         console.print(
-            f"{schema.lock.name}: {state} (BROKER_NAME={status.broker_name}, TIME={status.time})"
+            f"{schema.lock.name}: {state} (BROKER_NAME={status.broker_name}, "
+            f"TIME={status.stored_time})",
+            highlight=False,
         )
+        for journal in left:
+            console.print(f"  {journal.describe()}: not stopped cleanly", highlight=False)
+        if status.journaled:
+            console.print(f"  {journal_kept_advice(status.broker_name)}", highlight=False)
 
     run(body)

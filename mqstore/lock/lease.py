@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from mqstore.db import LOCK_NOT_AVAILABLE, describe_connect_error, sqlstate
 from mqstore.errors import ConfigError, LockError, LockLostError
+from mqstore.lease_time import JOURNALED_LEASE_OFFSET_MS, encode_lease_time
 from mqstore.lock.guard import Guard
 from mqstore.lock.locker import Renewal
 from mqstore.lock.retries import RetryWarnings
@@ -76,6 +77,7 @@ class LeaseLocker:
         renew_ms: int = 5_000,
         max_clock_diff_ms: int = 0,
         poll_ms: int | None = None,
+        journaled: bool = False,
     ) -> None:
         if renew_ms >= lease_ms:
             raise ConfigError(
@@ -85,6 +87,7 @@ class LeaseLocker:
         self.engine, self.schema, self.holder = engine, schema, holder
         self.lease_ms, self.renew_ms = lease_ms, renew_ms
         self.max_clock_diff_ms = max_clock_diff_ms
+        self.journaled = journaled  # write lease ends no standby sees run out (lease_time)
         self.poll_s = (poll_ms if poll_ms is not None else min(1000, renew_ms)) / 1000
         self._adjust_ms: int | None = None
         self._held = False
@@ -119,10 +122,22 @@ class LeaseLocker:
         return int(time.time() * 1000) + self._adjust_ms
 
     def try_acquire(self) -> bool:
-        """One attempt: ActiveMQ's ``TIME IS NULL OR TIME < now`` conditional UPDATE."""
-        lock = self.schema.lock
-        taken = self._take(lambda now: sa.or_(lock.c.time.is_(None), lock.c.time < now))
+        """One attempt: ActiveMQ's ``TIME IS NULL OR TIME < now`` conditional UPDATE; a
+        journaled broker also takes back its own journaled lease once that has run out."""
+        taken = self._take(self._free)
         return taken is not None and self._became_master(*taken)
+
+    def _free(self, now: int) -> sa.ColumnElement[bool]:
+        lock = self.schema.lock
+        free = sa.or_(lock.c.time.is_(None), lock.c.time < now)
+        if not self.journaled:
+            return free
+        own_ran_out = sa.and_(
+            lock.c.broker_name == self.holder,
+            lock.c.time >= JOURNALED_LEASE_OFFSET_MS,
+            lock.c.time < encode_lease_time(now, journaled=True),
+        )
+        return sa.or_(free, own_ran_out)
 
     def _take(
         self, condition: Callable[[int], sa.ColumnElement[bool]], dead: str | None = None
@@ -173,13 +188,14 @@ class LeaseLocker:
         unconfirmed: bool = False,
     ) -> tuple[float, int | None]:
         """ActiveMQ's conditional lease UPDATE: the row names this broker until now + lease,
-        if ``condition(now)`` holds. Returns when it was sent and the lease end it wrote, or
-        None when the row did not match. With ``unconfirmed`` the end is remembered before
-        the UPDATE is sent: until the commit is confirmed, the row may hold it."""
+        if ``condition(now)`` holds. Returns when it was sent and the TIME it wrote (the
+        lease end, encoded for a journaled broker), or None when the row did not match.
+        With ``unconfirmed`` that TIME is remembered before the UPDATE is sent: until the
+        commit is confirmed, the row may hold it."""
         lock = self.schema.lock
         started = time.monotonic()
         now = self._now_ms(conn)
-        until = now + self.lease_ms
+        until = encode_lease_time(now + self.lease_ms, journaled=self.journaled)
         if unconfirmed:
             with self._mutex:
                 self._ends.append(until)
@@ -256,12 +272,13 @@ class LeaseLocker:
         the database stays up. After a database restart every session ended, a live
         master's guard too: then wait for the guard to come back, or for the lease to run
         out as ActiveMQ does. When the row names this broker, what :meth:`own_lease` found
-        is left in ``_own`` (else None) for the standby's message."""
+        is left in ``_own`` (else None) for the standby's message. A journaled holder's
+        lease is never taken over (:mod:`mqstore.lease_time`)."""
         holder = status.broker_name
         self._own = None
         if self._noted is not None and self._noted[0] != holder:
             self._noted = None  # the row named another holder, or none, since
-        if holder is None:
+        if holder is None or status.journaled:
             return False
         if holder == self.holder:
             self._own = own = self.own_lease(conn, status)
@@ -317,9 +334,11 @@ class LeaseLocker:
                     own = None if self._own is OwnLease.GONE else self._own  # taken since
                     conn.rollback()
                     retries.succeeded()
-                    seen = status if own is None else (status.broker_name, own)
+                    seen: object = status if own is None else (status.broker_name, own)
+                    if status.journaled:  # its renewals are not news: said once
+                        seen = (status.broker_name, "journaled")
                     if seen != last_seen:
-                        level = logging.INFO if own is None else logging.WARNING
+                        level = logging.INFO if seen is status else logging.WARNING
                         log.log(level, "%s", standby_message(status, own))
                         last_seen = seen
                 except RowLockedError as exc:
@@ -471,6 +490,12 @@ class LeaseLocker:
     def is_held(self) -> bool:
         with self._mutex:
             return self._held and time.monotonic() < self._deadline
+
+    def leave(self) -> None:
+        """Stop holding the lease without freeing it: the row keeps naming this broker."""
+        with self._mutex:
+            self._held = False
+        self._close_guard()
 
     def release(self) -> None:
         """ActiveMQ's release: BROKER_NAME NULL, TIME 0, only if we hold it (the row as this

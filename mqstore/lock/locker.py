@@ -10,7 +10,13 @@ from typing import Protocol
 from sqlalchemy.engine import Connection, Engine
 
 from mqstore.errors import ConfigError, LockError
-from mqstore.lock.status import ROW_LOCK_MASTER, database_now_ms, find_lock, row_lock_held
+from mqstore.lock.status import (
+    ROW_LOCK_MASTER,
+    database_now_ms,
+    find_lock,
+    journal_kept_advice,
+    row_lock_held,
+)
 from mqstore.schema import StoreSchema
 
 
@@ -111,6 +117,12 @@ class NoLocker:
                 master, standby = ROW_LOCK_MASTER, "--lock row"
             else:
                 return True
+        if status is not None and status.journaled and master != ROW_LOCK_MASTER:
+            raise LockError(
+                f"the lock {name} is {master}; this broker ({self.holder!r}), started with "
+                f"--lock none, would write beside it: nothing was changed. "
+                f"{journal_kept_advice(status.broker_name)}."
+            )
         raise LockError(
             f"the lock {name} is {master}; that broker is master, and this one "
             f"({self.holder!r}), started with --lock none, would write beside it: nothing was "

@@ -16,6 +16,7 @@ from mqstore.db import LOCK_NOT_AVAILABLE, describe_connect_error, sqlstate
 from mqstore.errors import LockError, LockLostError
 from mqstore.lock.locker import Renewal
 from mqstore.lock.retries import RetryWarnings
+from mqstore.lock.status import find_lock
 from mqstore.schema import StoreSchema
 from mqstore.statements import LOCK_SESSION_ALIVE
 
@@ -101,18 +102,14 @@ class RowLocker:
         """Why the row lock just taken does not make this broker master: the row holds a
         lease that has not run out (a lease master's, committed; a row-lock master's
         keep-alive is never committed), or "" when it does not."""
-        lock = self.schema.lock
-        found = conn.execute(
-            sa.select(lock.c.broker_name, lock.c.time).where(lock.c.id == 1)
-        ).first()
-        now = int(time.time() * 1000)
-        if found is None or found.time is None or found.time <= now:
+        found = find_lock(conn, self.schema)
+        if found is None or not found.live():
             return ""
         return (
-            f"the lock {lock.name} is held as a lease by {found.broker_name} for another "
-            f"{found.time - now} ms, which a row lock does not keep out (its master would go "
-            "on writing): every broker sharing the lock must use the same lock mode (--lock "
-            "lease here, or ActiveMQ's database-locker there)"
+            f"the lock {self.schema.lock.name} is {found.describe()}, a lease, which a row "
+            "lock does not keep out (its master would go on writing): every broker sharing "
+            "the lock must use the same lock mode (--lock lease here, or ActiveMQ's "
+            "database-locker there)"
         )
 
     @staticmethod

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from mqstore.lock.status import LockStatus
+from mqstore.lock.status import LockStatus, journal_kept_advice
 
 #: A holder's guard session as a standby's watch session sees it, with that watch session's
 #: backend pid and the server's start (with the session's own generation, see
@@ -107,6 +107,8 @@ def standby_message(status: LockStatus, own: OwnLease | None) -> str:
     """What a waiting standby logs about the lock row: who holds it and, when that is this
     standby's own name (``own`` is then what it found out about that holder), who that is."""
     waiting = f"waiting as slave: lock {status.describe()}"
+    if status.journaled:
+        return f"{waiting}. {journal_kept_advice(status.broker_name)}."
     if own is OwnLease.ALIVE:
         return f"{waiting}. {same_name_hint()}"
     if own is OwnLease.UNKNOWN:

@@ -11,30 +11,64 @@ from sqlalchemy.exc import DBAPIError
 
 from mqstore.db import LOCK_NOT_AVAILABLE, sqlstate
 from mqstore.errors import LockError
+from mqstore.lease_time import decode_lease_time, encode_lease_time
 from mqstore.schema import StoreSchema
 
 
 @dataclass(frozen=True)
 class LockStatus:
-    """The lock row as stored: who holds the lease and until when (epoch ms)."""
+    """The lock row: who holds the lease and until when (epoch ms), and whether that holder
+    is a broker with a local journal, whose lease no other broker takes over
+    (:mod:`mqstore.lease_time`)."""
 
     broker_name: str | None
     time: int | None
+    journaled: bool = False
+
+    @classmethod
+    def stored(cls, broker_name: str | None, time: int | None) -> LockStatus:
+        """The status of a row as stored (TIME decoded)."""
+        end, journaled = decode_lease_time(time)
+        return cls(broker_name, end, journaled)
+
+    @property
+    def stored_time(self) -> int | None:
+        """TIME as stored in the row."""
+        return None if self.time is None else encode_lease_time(self.time, journaled=self.journaled)
 
     def live(self, now_ms: int | None = None) -> bool:
-        """Whether a broker holds the lease now."""
+        """Whether a broker holds the lease now: a journaled holder's is never over."""
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-        return self.broker_name is not None and self.time is not None and self.time >= now_ms
+        if self.broker_name is None or self.time is None:
+            return False
+        return self.journaled or self.time >= now_ms
 
     def describe(self, now_ms: int | None = None) -> str:
         """A sentence for logs and the CLI."""
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         if self.broker_name is None:
             return "free"
+        holder = f"{self.broker_name} (journaled)" if self.journaled else self.broker_name
         if self.time is not None and self.time < now_ms:
-            return f"lease of {self.broker_name} expired {now_ms - self.time} ms ago"
+            if self.journaled:
+                return (
+                    f"held by {holder}, whose lease ran out {now_ms - self.time} ms ago and "
+                    "is kept for its journal"
+                )
+            return f"lease of {holder} expired {now_ms - self.time} ms ago"
         left = (self.time or 0) - now_ms
-        return f"held by {self.broker_name} for another {left} ms"
+        return f"held by {holder} for another {left} ms"
+
+
+def journal_kept_advice(holder: str | None) -> str:
+    """Why no other broker takes over a journaled holder's lease, and what frees it."""
+    return (
+        f"{holder} keeps a local journal, which may hold acknowledged writes the database "
+        "lacks, so no other broker takes its lease over: it is free once that broker stops "
+        "cleanly, or starts again on its journal and then stops; if that journal is lost for "
+        "good, `mqstore journal forget JOURNAL_ID --yes` accepts the loss and frees the lease "
+        "(`mqstore lock status` names the journal)"
+    )
 
 
 #: The database clock in epoch ms: the neutral clock to judge a lease written by another host.
@@ -57,7 +91,7 @@ def find_lock(conn: Connection, schema: StoreSchema) -> LockStatus | None:
     row = conn.execute(
         sa.select(schema.lock.c.broker_name, schema.lock.c.time).where(schema.lock.c.id == 1)
     ).first()
-    return None if row is None else LockStatus(row.broker_name, row.time)
+    return None if row is None else LockStatus.stored(row.broker_name, row.time)
 
 
 def read_lock(conn: Connection, schema: StoreSchema) -> LockStatus:

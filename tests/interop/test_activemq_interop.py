@@ -188,3 +188,34 @@ def test_shared_lease_one_master_and_failover(
     # The standby takes over, never beside a master; how fast is measured by
     # benchmarks/activemq/compare.py (kill -9 failover), not asserted here.
     _watch(pair, standby.serving, timeout=2 * lease / 1000 + 10)
+
+
+def test_an_activemq_standby_waits_for_a_killed_journaled_mqstore(
+    activemq: AmqFactory,
+    mqstore_server: ServeFactory,
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the journaled mqstore receipted is in its journal alone (no checkpoint ran):
+    killed, its lease is kept for that journal, and ActiveMQ's lease locker waits until
+    mqstore, started again on its journal, applied it and stopped; then it serves it all."""
+    monkeypatch.setenv("MQSTORE_CHECKPOINT_INTERVAL_MS", "600000")
+    lease, renew = 3000, 1000
+    master = mqstore_server(
+        dsn, name="mqs", journal=True, lock="lease", lease_ms=lease, renew_ms=renew
+    )
+    standby = activemq(dsn=dsn, create_tables=False, lease_ms=lease, renew_ms=renew, wait=False)
+    conn, _ = connect(master.port)
+    bodies = [f"journaled {i}".encode() for i in range(20)]
+    for i, body in enumerate(bodies):
+        send(conn, QUEUE, body, receipt=f"j{i}")
+    conn.disconnect(receipt="done")
+    master.kill()
+    pair = (master, standby)
+    with pytest.raises(AssertionError, match="no takeover"):
+        _watch(pair, standby.serving, timeout=3 * lease / 1000 + 2)
+    master.start()
+    master.stop()
+    assert master.process is not None and master.process.returncode == 0, master.log_text()
+    _watch(pair, standby.serving, timeout=2 * lease / 1000 + 10)
+    assert [m.body for m in receive(standby.cfg.stomp_port, QUEUE, len(bodies))] == bodies
