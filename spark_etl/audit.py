@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from mqstore.archive import has_identity, read_watermarks
+from mqstore.lease_time import decode_lease_time
 
 from .archive_guard import history_archive
 from .datasets import read_dataset
@@ -276,7 +277,10 @@ def lock_status(
     None: not probed).
 
     ``state`` sums them up: ``held (row lock)`` (ActiveMQ's default locker or mqstore's
-    ``--lock row``, which write nothing into the row), ``held (lease)``, ``lease expired``,
+    ``--lock row``, which write nothing into the row), ``held (lease)``, ``held (journaled
+    lease)`` and, once its broker stopped renewing it, ``kept (journaled)`` (a broker with a
+    local journal, whose lease no other broker takes over: :mod:`mqstore.lease_time`;
+    ``lease_time`` is its end as decoded), ``lease expired``,
     ``free``, ``absent`` (no row ID=1), or ``unknown`` when no lease runs and the row could
     not be probed: ``row_lock_error`` says why.
     """
@@ -289,16 +293,19 @@ def lock_status(
             "holder": None,
             "lease_time": None,
             "lease_age_ms": None,
+            "journaled": False,
             "row_lock": False,
             "row_lock_error": None,
         }
     row = rows[0]
-    lease = row["time"]
+    lease, journaled = decode_lease_time(row["time"])
     held = bool(row["broker_name"]) and bool(lease)
     # ActiveMQ writes TIME = now + lease interval: a positive age means an overdue renewal.
-    age = (now_ms - int(lease)) if held else None
+    age = (now_ms - int(lease)) if held and lease is not None else None
     if probe.held:
         state = "held (row lock)"
+    elif journaled and held:  # no broker takes it over: overdue, it is kept for a journal
+        state = "held (journaled lease)" if age is not None and age <= 0 else "kept (journaled)"
     elif age is not None and age <= 0:
         state = "held (lease)"
     elif probe.held is None:
@@ -311,6 +318,7 @@ def lock_status(
         "holder": row["broker_name"] if held else None,
         "lease_time": lease,
         "lease_age_ms": age,
+        "journaled": journaled,
         "row_lock": probe.held,
         "row_lock_error": probe.error,
     }

@@ -41,6 +41,7 @@ def test_fixture_figures(spark: Any, activemq_engine: Engine, tmp_path: Path) ->
         "holder": None,
         "lease_time": 0,
         "lease_age_ms": None,
+        "journaled": False,
         "row_lock": False,
         "row_lock_error": None,
     }
@@ -287,3 +288,23 @@ def test_messages_without_a_jms_timestamp_have_an_unknown_age(spark: Any) -> Non
     assert stats["age_p50_ms"] == stats["age_max_ms"] == 7_200_000
     [sub] = subscription_backlog(acks, msgs, NOW).collect()
     assert (sub["backlog"], sub["oldest_pending_age_ms"]) == (1, None)
+
+
+def test_a_journaled_lease_is_reported_by_its_end_and_kept_once_overdue(spark: Any) -> None:
+    from mqstore.lease_time import encode_lease_time
+    from spark_etl.audit import lock_status
+
+    end = NOW + 3000
+    row = spark.createDataFrame(
+        [(1, encode_lease_time(end, journaled=True), "jm")],
+        "id long, time long, broker_name string",
+    )
+    held = lock_status(row, NOW)
+    assert (held["state"], held["holder"], held["journaled"]) == (
+        "held (journaled lease)",
+        "jm",
+        True,
+    )
+    assert (held["lease_time"], held["lease_age_ms"]) == (end, -3000)
+    kept = lock_status(row, end + 60_000)  # its broker stopped renewing: no one takes it over
+    assert (kept["state"], kept["lease_age_ms"]) == ("kept (journaled)", 60_000)
