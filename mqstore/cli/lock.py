@@ -39,10 +39,15 @@ def lock_status(
             f"{schema.lock.name}: {state} (BROKER_NAME={status.broker_name}, "
             f"TIME={status.stored_time})",
             highlight=False,
+            soft_wrap=True,
         )
         for journal in left:
-            console.print(f"  {journal.describe()}: not stopped cleanly", highlight=False)
+            console.print(
+                f"  {journal.describe()}: not stopped cleanly", highlight=False, soft_wrap=True
+            )
         if status.journaled:
-            console.print(f"  {journal_kept_advice(status.broker_name)}", highlight=False)
+            console.print(
+                f"  {journal_kept_advice(status.broker_name)}", highlight=False, soft_wrap=True
+            )
 
     run(body)

@@ -132,12 +132,18 @@ def row_lock_held(conn: Connection, schema: StoreSchema) -> bool | None:
 
 
 def describe_lock(conn: Connection, schema: StoreSchema) -> tuple[LockStatus, str]:
-    """The lock row and a sentence saying who holds the lock: a live lease, else a row
-    lock held in an open transaction (a lease it does not record), else free or expired."""
+    """The lock row and a sentence saying who holds the lock: a live lease, a row lock held
+    in an open transaction (a lease it does not record), both (two lock modes on one row),
+    or free or expired."""
     status = read_lock(conn, schema)
-    if status.live():
-        return status, status.describe()
     held = row_lock_held(conn, schema)
+    if status.live():
+        if held:
+            return status, (
+                f"{status.describe()}, and {ROW_LOCK_MASTER} too: two lock modes at once; "
+                "every broker sharing the lock must use the same one"
+            )
+        return status, status.describe()
     if held:
         return status, ROW_LOCK_MASTER
     unseen = " (a row lock cannot be seen: this role may not lock rows)" if held is None else ""

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from mqstore.lock import describe_lock
 from mqstore.schema import build_schema
+from tests.integration.conftest import lease_held
 
 ROW_LOCKED = "held by a row-lock master"
 
@@ -89,3 +90,14 @@ def test_a_lease_masters_write_in_flight_is_not_taken_for_a_row_lock_master(
         status, state = _lock_states(dsn)
         assert ROW_LOCKED not in status and ROW_LOCKED not in state, (status, state)
         assert "leaser" in status, status
+
+
+def test_a_row_lock_beside_a_live_lease_is_shown_with_it(dsn: str, engine: Engine) -> None:
+    """Two lock modes on one row (a lease master, and ActiveMQ's database locker holding
+    the row): both are named, not only the lease."""
+    with lease_held(engine, "leaser"), engine.connect() as row_master:
+        row_master.execute(sa.text("SELECT * FROM activemq_lock WHERE id = 1 FOR UPDATE"))
+        status, state = _lock_states(dsn)
+        for shown in (status, state):
+            assert "held by leaser" in shown and ROW_LOCKED in shown, shown
+            assert "two lock modes" in shown, shown
