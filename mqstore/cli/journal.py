@@ -224,16 +224,17 @@ def journal_forget(
                 (j for j in runs.unfinished(conn, schema, "") if j.journal_id == journal_id),
                 None,
             )
-            if lost is None or not runs.forget(conn, schema, journal_id):
+            if not runs.forget(conn, schema, journal_id):
                 raise ConfigError(
                     f"{schema.journal.name} has no journal {journal_id!r} left running: "
                     "nothing to forget"
                 )
-            freed = free_kept_lease(conn, schema, lost.broker_name)
+            holder = lost.broker_name if lost is not None else None
+            freed = free_kept_lease(conn, schema, holder)
         console.print(f"journal {journal_id} forgotten: a broker may start on another journal")
         if freed:
             console.print(
-                f"the lease on {schema.lock.name} that broker {lost.broker_name} kept for it "
+                f"the lease on {schema.lock.name} that broker {holder} kept for it "
                 "is free: a standby may take it"
             )
 
