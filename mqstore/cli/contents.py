@@ -12,6 +12,7 @@ from rich.table import Table
 
 from mqstore.cli.options import BIGINT_MAX, DataDirOpt, DsnOpt, JsonOpt, PrefixOpt, settings_to_read
 from mqstore.cli.output import console, emit, err_console, run
+from mqstore.cli.tables import tables_named
 from mqstore.errors import ConfigError
 
 
@@ -63,7 +64,8 @@ def browse(
                 prefix=settings.table_prefix,
                 prioritized=settings.prioritized_messages,
             )
-            views = [describe(row) for row in store.page(container, None, limit)]
+            with tables_named(database.engine, settings.table_prefix):
+                views = [describe(row) for row in store.page(container, None, limit)]
             if not views and container not in store.destinations():
                 err_console.print(
                     f"nothing is stored under {container} (`mqstore stats` lists what is)",
@@ -127,7 +129,8 @@ def stats(
                 prefix=settings.table_prefix,
                 prioritized=settings.prioritized_messages,
             )
-            figures = store.stats()
+            with tables_named(database.engine, settings.table_prefix):
+                figures = store.stats()
             schema = build_schema(settings.table_prefix)
             with database.engine.connect() as conn:
                 lock, lock_state = describe_lock(conn, schema)
@@ -151,7 +154,12 @@ def stats(
         data = {
             "destinations": figures.destinations,
             "subscriptions": subscriptions,
-            "lock": {"holder": lock.broker_name, "time": lock.time, "state": lock_state},
+            "lock": {
+                "holder": lock.broker_name,
+                "time": lock.time,
+                "journaled": lock.journaled,
+                "state": lock_state,
+            },
             "journal": journal,
         }
         if schema_warning is not None:  # the figures are shown all the same

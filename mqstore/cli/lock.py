@@ -6,6 +6,7 @@ import typer
 
 from mqstore.cli.options import DataDirOpt, DsnOpt, PrefixOpt, settings_to_read
 from mqstore.cli.output import console, run
+from mqstore.cli.tables import tables_named
 
 lock_app = typer.Typer(
     rich_markup_mode=None, help="The master lock on ACTIVEMQ_LOCK.", no_args_is_help=True
@@ -27,7 +28,11 @@ def lock_status(
         settings = settings_to_read(dsn, table_prefix, data_dir)
         schema = build_schema(settings.table_prefix)
         left: list[runs.UnfinishedJournal] = []
-        with open_database(settings, read_only=True) as database, database.engine.connect() as conn:
+        with (
+            open_database(settings, read_only=True) as database,
+            tables_named(database.engine, settings.table_prefix),
+            database.engine.connect() as conn,
+        ):
             status, state = describe_lock(conn, schema)
             if status.journaled:
                 left = [

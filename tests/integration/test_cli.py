@@ -298,3 +298,15 @@ def test_serve_and_db_status_on_a_forgotten_prefix_name_the_prefix_whose_tables_
     for said in (serve.stderr, status.stdout + status.stderr):
         assert "no mqstore schema for prefix ''" in said, said
         assert "(tables with prefix 'BRK1_' are there)" in said, said
+
+
+def test_reads_on_a_forgotten_prefix_name_the_prefix_whose_tables_are_there(
+    empty_dsn: str,
+) -> None:
+    assert mqstore("db", "upgrade", "--dsn", empty_dsn, "--table-prefix", "BRK1_").returncode == 0
+    for args in (["stats"], ["browse", "orders"], ["lock", "status"]):
+        result = mqstore(*args, "--dsn", empty_dsn)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        said = " ".join(result.stderr.split())
+        assert "tables with prefix 'BRK1_' are there: give that prefix" in said, (args, said)
+        assert "Traceback" not in said
