@@ -17,6 +17,15 @@ from sqlalchemy.exc import SQLAlchemyError
 log = logging.getLogger(__name__)
 
 
+def never_time_out(conn: Connection) -> None:
+    """Keep an idle guard session from being ended by the role's or server's
+    ``idle_session_timeout`` (PostgreSQL 14+): a standby would take its end for the
+    master's death and take over from a live master."""
+    version = conn.dialect.server_version_info
+    if version is not None and version >= (14,):
+        conn.exec_driver_sql("SET idle_session_timeout = 0")
+
+
 class Guard:
     """A master's guard session, kept by its own thread: the thread waits on the session's
     socket, and when the server ends the session (a restart, a dropped connection) it opens
@@ -41,6 +50,7 @@ class Guard:
         :meth:`close`, which drops the session (a named one never goes back to the pool)."""
         self._conn = conn
         conn.exec_driver_sql(f"SET application_name = '{self.name}'")
+        never_time_out(conn)
 
     def start(self) -> None:
         if self._conn is None:
@@ -65,6 +75,7 @@ class Guard:
         try:
             conn = self.engine.connect()
             conn.exec_driver_sql(f"SET application_name = '{self.name}'")
+            never_time_out(conn)
             conn.commit()
         except SQLAlchemyError as exc:
             if conn is not None:

@@ -68,6 +68,9 @@ class RowLocker:
                 # other failure, as ActiveMQ's locker does: a standby never gives up on it
                 conn = self.engine.connect()
                 conn.execute(sa.text(f"SET lock_timeout = {int(self.poll_ms)}"))
+                # the lock session stays idle in its transaction for the master's life: a
+                # role's or server's idle_in_transaction_session_timeout would end it
+                conn.execute(sa.text("SET idle_in_transaction_session_timeout = 0"))
                 if conn.execute(row.with_for_update(key_share=True)).first() is None:
                     conn.close()
                     raise LockError(f"{lock.name} has no row ID=1: run `mqstore db upgrade`")
