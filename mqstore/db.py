@@ -127,7 +127,9 @@ def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
             max_overflow=pool_size,
             pool_pre_ping=False,  # a round trip per checkout; dead ones are invalidated on error
             connect_args=connect_args,
-            **kwargs,
+            # an error's text never carries a statement's values: message bodies and
+            # properties would reach logs and terminals with it
+            **{"hide_parameters": True, **kwargs},
         )
     except (ArgumentError, ValueError) as exc:  # e.g. ?port=abc, which the URL leaves alone
         raise ConfigError(f"invalid DSN {redact(url)}: {exc}; fix MQSTORE_DSN or --dsn") from None
