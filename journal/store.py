@@ -155,6 +155,9 @@ class JournaledStore(Lifecycle, JournaledWrites):
         #: them (taken under ``_checkpointing``).
         self._uncounted_cleaned = 0
         self._ckpt_ms: list[float] = []
+        #: Checkpoints applied and their milliseconds added up, replaced together (one read
+        #: sees a count and a sum that agree).
+        self._ckpt_total: tuple[int, float] = (0, 0.0)
         self._last_position = self._applied_end = Position(0, 0)
         self.db = DatabaseView(pg)
         self._admission = Admission(self.db, self._lock, lambda: self._state)
@@ -187,7 +190,35 @@ class JournaledStore(Lifecycle, JournaledWrites):
         self._uncounted_cleaned += result.cleaned
         self._counters["checkpoints"] += 1
         self._ckpt_ms = [*self._ckpt_ms[-99:], result.millis]
+        count, millis = self._ckpt_total
+        self._ckpt_total = (count + 1, millis + result.millis)
         return result
+
+    def checkpoint_figures(self) -> dict[str, float]:
+        """Figures of checkpoints and the journal for monitoring, read without waiting for a
+        checkpoint, a journal sync or the database: checkpoints applied (``checkpoints``)
+        and their milliseconds added up (``checkpoint_ms``), the last one's
+        (``last_checkpoint_ms``); the bytes the pending window holds for the next checkpoint
+        (``pending_bytes``; writers wait at ``max_pending_bytes``); the journal's
+        ``segments`` and ``journal_bytes`` on disk, and ``journal_failed`` (1: every write
+        is refused until a restart).
+        """
+        count, millis = self._ckpt_total
+        recent = self._ckpt_ms
+        with self._lock:
+            pending = self._state.pending_bytes
+        journal = self._journal
+        jstats = journal.stats() if journal is not None else None
+        return {
+            "checkpoints": float(count),
+            "checkpoint_ms": millis,
+            "last_checkpoint_ms": recent[-1] if recent else 0.0,
+            "pending_bytes": float(pending),
+            "max_pending_bytes": float(self.max_pending_bytes),
+            "segments": float(jstats.segments if jstats is not None else 0),
+            "journal_bytes": float(jstats.bytes_on_disk if jstats is not None else 0),
+            "journal_failed": float(journal is not None and journal.failed),
+        }
 
     # ------------------------------------------------------------------ messages
     def new_producers(self, prefix: str) -> None:

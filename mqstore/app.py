@@ -250,6 +250,7 @@ def broker_config(settings: Settings) -> BrokerConfig:
         memory_limit=settings.memory_limit_mb << 20,
         metrics_port=settings.metrics_port,
         metrics_host=settings.metrics_host,
+        metrics_per_destination=settings.metrics_per_destination,
         destination_gc_after=settings.destination_gc_s,
         max_transaction_bytes=settings.transaction_mb << 20,
         max_transactions=settings.max_transactions,

@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     metrics_host: str = Field(
         default="127.0.0.1", description="address /metrics listens on (0.0.0.0: every one)"
     )
+    metrics_per_destination: bool = Field(
+        default=True, description="/metrics series for each destination; off: broker-wide only"
+    )
     tls_cert: Path | None = Field(
         default=None,
         description="PEM certificate (chain) of the STOMP listener; set: STOMP over TLS only",

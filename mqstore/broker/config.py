@@ -139,6 +139,10 @@ class BrokerConfig:
     #: TLS for the STOMP listener (:func:`mqstore.broker.tls.server_context`); None: plain TCP.
     tls: ssl.SSLContext | None = None
     metrics_host: str = "127.0.0.1"
+    #: Serve the series labelled by destination on /metrics (depth, consumers, counters,
+    #: flow control); off, only the broker-wide ones (a broker with thousands of
+    #: destinations would otherwise serve several series for each at every scrape).
+    metrics_per_destination: bool = True
     stop_timeout: float = 10.0
 
     def __post_init__(self) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from mqstore.errors import ConfigError
@@ -33,6 +33,45 @@ class _BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         snap = self._snapshot()
+        if self.broker.config.metrics_per_destination:
+            yield from self._per_destination(snap)
+        kinds = GaugeMetricFamily(
+            "mqstore_destinations", "Destinations the broker knows", labels=["kind"]
+        )
+        for kind in ("queue", "topic"):
+            prefix = f"{kind}://"
+            kinds.add_metric([kind], sum(n.startswith(prefix) for n in snap["destinations"]))
+        backlog = GaugeMetricFamily(
+            "mqstore_durable_backlog",
+            "Messages a durable subscription has not acknowledged",
+            labels=["destination", "client_id", "subscription"],
+        )
+        for d in snap["durable_subscriptions"]:
+            backlog.add_metric([d["destination"], d["client_id"], d["subscription"]], d["backlog"])
+        usage = GaugeMetricFamily("mqstore_store_usage_bytes", "Bytes of stored messages")
+        usage.add_metric([], snap["store_usage"].get("used", 0))
+        usage_limit = GaugeMetricFamily(
+            "mqstore_store_usage_limit_bytes",
+            "Bytes of stored messages at which persistent producers wait (0: no limit)",
+        )
+        usage_limit.add_metric([], snap["store_usage"].get("limit", 0))
+        refused = CounterMetricFamily(
+            "mqstore_store_usage_refused_sends",
+            "SENDs and COMMITs' messages refused with an ERROR at the store usage limit",
+        )
+        refused.add_metric([], snap["store_usage"].get("refused_sends", 0))
+        conns = GaugeMetricFamily("mqstore_connections", "Open STOMP connections")
+        conns.add_metric([], snap.get("connections", 0))
+        turned_away = CounterMetricFamily(
+            "mqstore_refused_connections", "Connections refused past max_connections"
+        )
+        turned_away.add_metric([], snap.get("refused_connections", 0))
+        yield from (kinds, backlog, usage, usage_limit, refused, conns, turned_away)
+        yield from self._memory_and_writer(snap)
+        yield from self._journal()
+
+    def _per_destination(self, snap: dict[str, Any]) -> Iterator[Any]:
+        """The series labelled by destination (left out with metrics_per_destination off)."""
         depth = GaugeMetricFamily(
             "mqstore_destination_depth", "Messages waiting or in flight", labels=["destination"]
         )
@@ -51,29 +90,75 @@ class _BrokerCollector(Collector):
             consumers.add_metric([name], st["consumers"])
             enq.add_metric([name], st["enqueued"])
             deq.add_metric([name], st["dequeued"])
+        yield from (depth, consumers, enq, deq)
         yield from self._topic_flow(snap)
         yield from self._queue_flow(snap)
+
+    @staticmethod
+    def _memory_and_writer(snap: dict[str, Any]) -> Iterator[Any]:
+        """The memory windows against memory_limit, and the store writer's queue."""
+        memory = snap.get("memory", {})
+        used = GaugeMetricFamily(
+            "mqstore_memory_used_bytes",
+            "Bytes the memory windows of queues and durable subscriptions hold together",
+        )
+        used.add_metric([], memory.get("used", 0))
+        limit = GaugeMetricFamily(
+            "mqstore_memory_limit_bytes",
+            "Bytes all memory windows may hold together (memory_limit)",
+        )
+        limit.add_metric([], memory.get("limit", 0))
+        writer = snap.get("store_writer", {})
         backlog = GaugeMetricFamily(
-            "mqstore_durable_backlog",
-            "Messages a durable subscription has not acknowledged",
-            labels=["destination", "client_id", "subscription"],
+            "mqstore_store_writer_backlog",
+            "Store operations (sends, acks, moves) queued for the store, not yet being written",
         )
-        for d in snap["durable_subscriptions"]:
-            backlog.add_metric([d["destination"], d["client_id"], d["subscription"]], d["backlog"])
-        usage = GaugeMetricFamily("mqstore_store_usage_bytes", "Bytes of stored messages")
-        usage.add_metric([], snap["store_usage"].get("used", 0))
-        refused = CounterMetricFamily(
-            "mqstore_store_usage_refused_sends",
-            "SENDs and COMMITs' messages refused with an ERROR at the store usage limit",
+        backlog.add_metric([], writer.get("backlog", 0))
+        ops = CounterMetricFamily(
+            "mqstore_store_writer_ops", "Store operations the store writer has written"
         )
-        refused.add_metric([], snap["store_usage"].get("refused_sends", 0))
-        conns = GaugeMetricFamily("mqstore_connections", "Open STOMP connections")
-        conns.add_metric([], snap.get("connections", 0))
-        turned_away = CounterMetricFamily(
-            "mqstore_refused_connections", "Connections refused past max_connections"
+        ops.add_metric([], writer.get("ops", 0))
+        batches = CounterMetricFamily(
+            "mqstore_store_writer_batches", "Batches the store writer has written the ops in"
         )
-        turned_away.add_metric([], snap.get("refused_connections", 0))
-        yield from (depth, consumers, enq, deq, backlog, usage, refused, conns, turned_away)
+        batches.add_metric([], writer.get("batches", 0) + writer.get("inline_batches", 0))
+        yield from (used, limit, backlog, ops, batches)
+
+    def _journal(self) -> Iterator[Any]:
+        """The local journal and its checkpoints (a broker on a journaled store only)."""
+        figures = getattr(self.broker.store, "checkpoint_figures", None)
+        if figures is None:
+            return
+        f: dict[str, float] = figures()
+        checkpoints = SummaryMetricFamily(
+            "mqstore_journal_checkpoint_duration_seconds",
+            "Checkpoints of the journal's window applied to the database, and how long they took",
+        )
+        checkpoints.add_metric([], int(f["checkpoints"]), f["checkpoint_ms"] / 1000)
+        last = GaugeMetricFamily(
+            "mqstore_journal_last_checkpoint_duration_seconds", "How long the last checkpoint took"
+        )
+        last.add_metric([], f["last_checkpoint_ms"] / 1000)
+        pending = GaugeMetricFamily(
+            "mqstore_journal_pending_bytes",
+            "Bytes journaled and not yet checkpointed to the database (the pending window)",
+        )
+        pending.add_metric([], f["pending_bytes"])
+        pending_limit = GaugeMetricFamily(
+            "mqstore_journal_pending_limit_bytes",
+            "Bytes of the pending window at which writers wait for a checkpoint",
+        )
+        pending_limit.add_metric([], f["max_pending_bytes"])
+        size = GaugeMetricFamily("mqstore_journal_bytes", "Bytes of journal segments on disk")
+        size.add_metric([], f["journal_bytes"])
+        segments = GaugeMetricFamily("mqstore_journal_segments", "Journal segments on disk")
+        segments.add_metric([], f["segments"])
+        failed = GaugeMetricFamily(
+            "mqstore_journal_failed",
+            "1 once a journal write or sync failed: every write is refused until a restart",
+        )
+        failed.add_metric([], f["journal_failed"])
+        yield from (checkpoints, last, pending, pending_limit, size, segments, failed)
 
     @staticmethod
     def _topic_flow(snap: dict[str, Any]) -> Iterator[Any]:

@@ -112,6 +112,7 @@ def test_serve_hands_the_broker_settings_to_the_broker(
         "MQSTORE_TOPIC_HIGH_WATER_MB": "2",
         "MQSTORE_TOPIC_PENDING_LIMIT": "500",
         "MQSTORE_MAX_TRANSACTIONS": "7",
+        "MQSTORE_METRICS_PER_DESTINATION": "false",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -131,6 +132,7 @@ def test_serve_hands_the_broker_settings_to_the_broker(
     assert (config.topic_high_water, config.topic_low_water) == (2 << 20, 1 << 20)
     assert config.topic_pending_limit == 500
     assert config.max_transactions == 7
+    assert config.metrics_per_destination is False
 
 
 def serve_until_listening(
