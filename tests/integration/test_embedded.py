@@ -65,7 +65,7 @@ class Workdir:
     def run(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "mqstore", *args],
-            cwd=cwd or self.path, env=_env(), capture_output=True, text=True, timeout=120,
+            cwd=cwd or self.path, env=_env(), capture_output=True, text=True, timeout=300,
             check=False,
         )  # fmt: skip
 

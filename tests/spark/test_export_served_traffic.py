@@ -207,6 +207,7 @@ def _disconnect(*conns: stomp.Connection12) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a served broker's traffic, then several Spark exports
 def test_every_message_a_served_broker_handled_is_exported_once_with_its_outcome(
     dsn: str, tmp_path: Path
 ) -> None:

@@ -42,6 +42,7 @@ def _exported_texts(work: Workdir) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # five Spark jobs and two embedded server starts, one after another
 def test_without_a_dsn_the_jobs_read_the_embedded_store() -> None:
     work = Workdir()
     try:
