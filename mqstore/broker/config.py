@@ -101,7 +101,7 @@ class BrokerConfig:
     max_pending_frames: int = 1000
     max_pending_bytes: int = 4 << 20
     max_pipelined_sends: int = 1000
-    #: Bytes of uncommitted transacted SENDs one connection may hold (body + 256 each; the
+    #: Bytes of uncommitted transacted SENDs one connection may hold (size + 256 each; the
     #: SEND that crosses it is still taken, so one large message goes); past it the next
     #: transacted SEND gets an ERROR and the connection's transactions are rolled back.
     #: 0: no limit.

@@ -23,6 +23,19 @@ _UNESCAPE_11 = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
 _UNESCAPE_12 = {**_UNESCAPE_11, "\\r": "\r"}
 
 
+#: Why a frame whose command or headers hold a NUL is refused: STOMP has no escape for it,
+#: and a NUL passed on in a MESSAGE header would end that frame early for the consumer.
+NUL_IN_HEADERS = "NUL before the end of the headers"
+
+#: Headers that name a destination, a client, a user or a durable subscription: the broker
+#: stores and logs them as names, so a control character in one (an escaped newline forging
+#: a log line, a terminal escape) is refused.
+NAME_HEADERS = (
+    "destination", "client-id", "login", "activemq.subscriptionName",
+    "durable-subscription-name",
+)  # fmt: skip
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
 #: Room a SEND frame has for its command and headers beyond the largest message.
 FRAME_HEADROOM = 1024 * 1024
 
@@ -48,6 +61,8 @@ class Frame:
     command: str
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    #: Bytes of its command and headers as received (0: not parsed from the wire).
+    head_size: int = 0
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """A header value, or ``default``."""
@@ -58,6 +73,11 @@ class Frame:
 class Limits:
     """Inbound frame limits (bytes / counts).
 
+    ``max_connect_frame_size`` bounds every frame a connection sends until its CONNECT is
+    answered with CONNECTED (a CONNECT frame is a few hundred bytes; a long token as
+    passcode still fits): before that nobody is authenticated, so nobody can make the
+    broker hold more than this for a connection.
+
     ``max_message_bytes`` (None: no limit of the broker's own) is the largest persistent
     message a SEND may carry, as stored (its OpenWire encoding: body, headers and
     properties); ``message_setting`` is where it is set, which the ERROR a larger SEND gets
@@ -65,6 +85,7 @@ class Limits:
     """
 
     max_frame_size: int = 4 * 1024 * 1024
+    max_connect_frame_size: int = 64 * 1024
     max_headers: int = 1000
     max_header_length: int = 10 * 1024
     max_message_bytes: int | None = None
@@ -78,8 +99,15 @@ class Limits:
             max_frame_size=max_message_bytes + FRAME_HEADROOM, max_message_bytes=max_message_bytes
         )
 
-    def frame_too_large(self) -> TooLargeError:
-        """The error for a frame over ``max_frame_size``."""
+    def frame_too_large(self, accepted: bool = True) -> TooLargeError:
+        """The error for a frame over ``max_frame_size`` (``accepted`` False: over
+        ``max_connect_frame_size``, before the connection's CONNECT was answered)."""
+        if not accepted:
+            return TooLargeError(
+                f"frame too large: it exceeds {self.max_connect_frame_size} bytes, the limit "
+                "for a frame before the connection is accepted (max_connect_frame_size); "
+                "send a CONNECT frame first and wait for CONNECTED"
+            )
         size = self.max_frame_size
         if self.max_message_bytes is None:
             return TooLargeError(
@@ -102,6 +130,18 @@ class Limits:
                 f"message too large: {stored} bytes as stored (body {body} bytes plus "
                 f"headers and properties) exceeds {self.message_setting}={limit}; send a "
                 "smaller message or raise the setting"
+            )
+
+
+def _check_names(headers: dict[str, str]) -> None:
+    """Refuse a control character in a header of :data:`NAME_HEADERS`."""
+    for name in NAME_HEADERS:
+        value = headers.get(name)
+        if value is not None and (found := _CONTROL.search(value)) is not None:
+            raise FrameError(
+                f"header {name} holds the control character {found.group()!r}: destination "
+                "names, client-ids, logins and subscription names must not contain control "
+                "characters (U+0000-U+001F, U+007F-U+009F)"
             )
 
 
@@ -134,7 +174,10 @@ def unescape(value: str, version: str) -> str:
 
 
 def escape(value: str, version: str) -> str:
-    """Encode a header value for ``version``."""
+    """Encode a header value for ``version``. STOMP has no escape for NUL, which would end
+    the frame where it stands: one (in a property another client set) is sent as U+FFFD."""
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
     if version == "1.0":
         return value.replace("\n", " ")
     value = value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
@@ -169,9 +212,17 @@ def encode_frame(
 class FrameParser:
     """Feed bytes in, take complete frames out; raises :class:`FrameError` on bad input."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, *, accepted: bool = True) -> None:
         self.limits = limits
         self.version = "1.0"
+        #: Whether the connection was accepted: until then (see :meth:`accept`) frames are
+        #: bounded by ``max_connect_frame_size`` instead of ``max_frame_size``.
+        self.accepted = accepted
+        self.max_frame_size = (
+            limits.max_frame_size
+            if accepted
+            else min(limits.max_frame_size, limits.max_connect_frame_size)
+        )
         self._buf = bytearray()
         self.heartbeats = 0  # EOLs seen between frames (client heart-beats)
         self._error: FrameError | None = None  # met after frames still to be acted on
@@ -182,6 +233,15 @@ class FrameParser:
         self._newlines = 0
         self._last_nl = -1
         self._head: tuple[str, dict[str, str], int, int | None] | None = None
+
+    def accept(self) -> None:
+        """The connection was accepted (its CONNECT answered): frames may now be as large as
+        ``max_frame_size``."""
+        self.accepted = True
+        self.max_frame_size = self.limits.max_frame_size
+
+    def _too_large(self) -> TooLargeError:
+        return self.limits.frame_too_large(self.max_frame_size == self.limits.max_frame_size)
 
     @property
     def failed(self) -> bool:
@@ -205,8 +265,8 @@ class FrameParser:
                 frames.append(frame)
                 if frame.command in ("CONNECT", "STOMP"):
                     return frames
-            if len(self._buf) > self.limits.max_frame_size:
-                raise self.limits.frame_too_large()
+            if len(self._buf) > self.max_frame_size:
+                raise self._too_large()
         except FrameError as exc:
             if exc.receipt is None and self._head is not None:
                 exc.receipt = self._head[1].get("receipt")
@@ -233,13 +293,13 @@ class FrameParser:
             if end == -1:
                 self._scan = len(buf)
                 return None
-            if end + 1 > self.limits.max_frame_size:
-                raise self.limits.frame_too_large()
+            if end + 1 > self.max_frame_size:
+                raise self._too_large()
         body = bytes(buf[body_start:end])
         del buf[: end + 1]
         self._head = None
         self._scan, self._newlines, self._last_nl = 0, 0, -1
-        return Frame(command, headers, body)
+        return Frame(command, headers, body, body_start)
 
     def _read_head(self) -> tuple[str, dict[str, str], int, int | None] | None:
         """The command, headers, body offset and content-length of the frame at the start of
@@ -259,6 +319,9 @@ class FrameParser:
             self._check_partial_head()
             return None
         head_end, body_start = blank.start(), blank.end()
+        # Bytes before where the search stopped were looked at by _check_partial_head.
+        if buf.find(b"\x00", min(self._scan, head_end), head_end) != -1:
+            raise FrameError(NUL_IN_HEADERS)
         lines = bytes(buf[:head_end]).split(b"\n")
         command = self._text(lines[0].rstrip(b"\r"))
         if command not in COMMANDS:
@@ -267,6 +330,7 @@ class FrameParser:
             raise FrameError(f"too many headers (limit {self.limits.max_headers})")
         headers = self._headers(command, lines[1:])
         try:
+            _check_names(headers)
             length = self._content_length(headers, body_start)
         except FrameError as exc:
             exc.receipt = headers.get("receipt")
@@ -285,9 +349,9 @@ class FrameParser:
             raise FrameError(f"content-length must be a number of octets: {length_text[:40]!r}")
         # int() refuses over 4300 digits (ValueError): a length that long is too large anyway
         digits = length_text.lstrip("0") or "0"
-        length = int(digits) if len(digits) <= 18 else self.limits.max_frame_size + 1
-        if body_start + length > self.limits.max_frame_size:
-            raise self.limits.frame_too_large()
+        length = int(digits) if len(digits) <= 18 else self.max_frame_size + 1
+        if body_start + length > self.max_frame_size:
+            raise self._too_large()
         return length
 
     def _check_partial_head(self) -> None:
@@ -296,7 +360,7 @@ class FrameParser:
         new = self._scan
         self._scan = len(buf)
         if buf.find(b"\x00", new) != -1:
-            raise FrameError("NUL before the end of the headers")
+            raise FrameError(NUL_IN_HEADERS)
         last_nl = buf.rfind(b"\n", new)
         if last_nl != -1:
             self._last_nl = last_nl

@@ -114,6 +114,9 @@ class BrokerMessage:
     #: sent to a consumer before, though its redelivery counter did not move (its
     #: settlement failed to reach the store): delivered again with ``redelivered:true``
     delivered_before: bool = False
+    #: Bytes of the headers (properties) a message without ``data`` holds besides its body:
+    #: those of its SEND frame. Part of :attr:`size`, as they are of an encoded one's.
+    header_bytes: int = 0
 
     @property
     def priority(self) -> int:
@@ -134,7 +137,12 @@ class BrokerMessage:
 
     @property
     def size(self) -> int:
-        return len(self.data) if self.data is not None else len(self.ow.content or b"")
+        """Bytes it holds, as the memory and transaction limits count them: a persistent
+        message as encoded (body, headers and properties), a non-persistent one (never
+        encoded) as its body and the headers of its SEND."""
+        if self.data is not None:
+            return len(self.data)
+        return len(self.ow.content or b"") + self.header_bytes
 
     def expired(self, now_ms: int) -> bool:
         """Whether the message's JMSExpiration has passed."""
@@ -162,7 +170,7 @@ class BrokerMessage:
         ow = self.ow.replace(redelivery_counter=self.ow.redelivery_counter + 1)
         copy = BrokerMessage(
             ow, self.container, self.persistent, None, self.store_id, self.store_priority,
-            self.seq,
+            self.seq, header_bytes=self.header_bytes,
         )  # fmt: skip
         if self.persistent:
             copy.encoded()
@@ -312,6 +320,10 @@ def from_send(frame: Frame, container: str, producer: ProducerId, sequence: int)
         msg = BrokerMessage(ow, container, persistent)
         if persistent:
             msg.encoded()
+        else:  # its size counts the headers too, as an encoded message's does
+            msg.header_bytes = frame.head_size or sum(
+                len(k) + len(v) + 2 for k, v in frame.headers.items()
+            )
     except openwire.EncodeError as exc:
         raise FrameError(f"cannot encode message: {exc}") from None
     return msg

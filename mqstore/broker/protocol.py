@@ -52,7 +52,8 @@ class Connection(Handlers):
         self.writer = writer
         self.number = number
         self.version = "1.0"
-        self.parser = FrameParser(broker.config.limits)
+        # max_connect_frame_size until CONNECTED: unauthenticated, it may not make us hold more
+        self.parser = FrameParser(broker.config.limits, accepted=False)
         self.connected = False
         self.closing = False  # no more frames are read
         self.store_refused = False
@@ -285,6 +286,8 @@ class Connection(Handlers):
                         return
                     if self.closing:
                         return
+                    if self.connected and not self.parser.accepted:
+                        self.parser.accept()  # the frames after CONNECT: max_frame_size
                 # Frames sent along with CONNECT are parsed once its version is known; a bad
                 # frame after good ones is reported once those are acted on.
                 more = bool(frames) and (
