@@ -67,14 +67,34 @@ def parse_dsn(dsn: str) -> URL:
     return url.set(drivername="postgresql+psycopg")
 
 
+def _secret_parameters() -> frozenset[str]:
+    """libpq's connection parameters whose values are secrets: those it shows as ``*``
+    (password, sslpassword, oauth_client_secret in libpq 18), and any newer ones the
+    installed libpq marks so. ``passfile``, ``sslkey`` and the like are paths, no secrets."""
+    known = {"password", "sslpassword", "oauth_client_secret"}
+    try:
+        found = {
+            o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults() if o.dispchar == b"*"
+        }
+    except (psycopg.Error, AttributeError, UnicodeDecodeError):  # e.g. no libpq to ask
+        found = set()
+    return frozenset(known | found)
+
+
+#: Query parameters of a DSN that :func:`redact` hides (libpq's secret parameters).
+SECRET_PARAMETERS = _secret_parameters()
+
+
 def redact(dsn: str | URL) -> str:
-    """The DSN with its password hidden, for messages and logs."""
+    """The DSN with its password and libpq's other secret parameters (``?sslpassword=``...)
+    hidden, for messages and logs."""
     try:
         url = dsn if isinstance(dsn, URL) else make_url(dsn)
     except (ArgumentError, ValueError):
         return "<unparsable DSN>"
-    if "password" in url.query:  # ?password=... is libpq's too
-        url = url.update_query_dict({"password": "***"})
+    hidden = {k: "***" for k in url.query if k in SECRET_PARAMETERS}
+    if hidden:  # ?password=... is libpq's too
+        url = url.update_query_dict(hidden)
     if url.drivername == "postgresql+psycopg":  # the driver suffix is ours, not the user's
         url = url.set(drivername="postgresql")
     return url.render_as_string(hide_password=True)
@@ -189,6 +209,29 @@ _LOST = (
 )
 
 
+def _query_value(url: URL, key: str) -> str | None:
+    value = url.query.get(key)
+    if isinstance(value, tuple):  # given twice: libpq takes the last
+        value = value[-1] if value else None
+    return value or None
+
+
+def target(url: URL) -> str:
+    """``HOST:PORT`` a DSN connects to, as libpq finds them: in the URL, else its ``host``
+    (or ``hostaddr``) and ``port`` parameters, else ``PGHOST`` and ``PGPORT``, else the
+    local socket and 5432."""
+    host = (
+        url.host
+        or _query_value(url, "host")
+        or _query_value(url, "hostaddr")
+        or os.environ.get("PGHOST")
+        or os.environ.get("PGHOSTADDR")
+        or "local socket"
+    )
+    port = url.port or _query_value(url, "port") or os.environ.get("PGPORT") or 5432
+    return f"{host}:{port}"
+
+
 def describe_connect_error(exc: BaseException, url: URL) -> str:
     """Turn a driver's connection failure, or a statement's refusal that is no fault of
     the connection (:data:`STATEMENT_ADVICE`), into one line that says what to fix."""
@@ -196,7 +239,7 @@ def describe_connect_error(exc: BaseException, url: URL) -> str:
     detail = raw[0] if raw else type(exc).__name__
     if isinstance(exc, DBAPIError) and (advice := STATEMENT_ADVICE.get(sqlstate(exc))):
         return f"{detail}: {advice}"
-    where = f"{url.host or 'local socket'}:{url.port or 5432}"
+    where = target(url)
     if "does not exist" in detail and "database" in detail:
         return (
             f"database {url.database!r} does not exist on {where}: create it "

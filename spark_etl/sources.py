@@ -206,7 +206,9 @@ def _missing_tables(conn: sa.Connection, url: URL, missing: list[str], prefix: s
         )
     ).scalars()
     found = [repr(p.upper()) for p in rows]
-    where = f"database {url.database!r} on {url.host}:{url.port or 5432}"
+    from mqstore import db
+
+    where = f"database {url.database!r} on {db.target(url)}"
     there = f"; its ActiveMQ tables have prefix {', '.join(found)}" if found else ""
     return (
         f"no table {', '.join(missing)} in {where} (--table-prefix {prefix!r}){there}: "

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from mqstore.broker.flow import check_block_timeout
 from mqstore.broker.frames import Limits
 from mqstore.errors import ConfigError
+from mqstore.schema import NAME_LENGTH
 
 #: The least ``topic_low_water`` / ``queue_low_water``: a socket's write buffer below this
 #: is not waited for.
@@ -170,9 +171,21 @@ class BrokerConfig:
                     f"most {kind}_high_water ({high})"
                 )
 
+    # -- dead-letter queue naming ----------------------------------------------------------
     def dlq_for(self, container: str) -> str:
-        """The dead-letter container for messages of ``container``."""
-        if self.individual_dlq:
-            kind, _, name = container.partition("://")
-            return f"queue://{self.dlq_name}.{kind.capitalize()}.{name}"
+        """The dead-letter container for messages of ``container``: with individual DLQs its
+        own (``queue://ActiveMQ.DLQ.Queue.NAME``, ``...Topic.NAME``), unless that name would
+        not fit the CONTAINER column: then the shared one (see :meth:`individual_dlq_too_long`)."""
+        if self.individual_dlq and not self.individual_dlq_too_long(container):
+            return self.individual_dlq_name(container)
         return f"queue://{self.dlq_name}"
+
+    def individual_dlq_too_long(self, container: str) -> bool:
+        """Whether ``container`` has individual DLQs but its DLQ's name is longer than a
+        CONTAINER holds (250): its dead letters go to the shared DLQ instead."""
+        return self.individual_dlq and len(self.individual_dlq_name(container)) > NAME_LENGTH
+
+    def individual_dlq_name(self, container: str) -> str:
+        """The name an individual DLQ of ``container`` has (whether or not it fits)."""
+        kind, _, name = container.partition("://")
+        return f"queue://{self.dlq_name}.{kind.capitalize()}.{name}"

@@ -17,10 +17,15 @@ from mqstore.broker.messages import BrokerMessage, dead_letter
 from mqstore.broker.subscriptions import Dispatcher
 from mqstore.broker.writer import Done, Op
 from mqstore.errors import DuplicateMessageError, StoreError
+from mqstore.schema import NAME_LENGTH
 from mqstore.store.model import Outcome
 from mqstore.store.port import Store
 
 log = logging.getLogger(__name__)
+
+#: Destinations whose too-long DLQ name is remembered as told of (as ActiveMQ's 10,000
+#: destinations with their own DLQ audit).
+_MAX_WARNED = 10_000
 
 
 class DeadLetters:
@@ -33,6 +38,8 @@ class DeadLetters:
     _dlq_audit: DeadLetterAudit
     #: store IDs whose move to the DLQ (or expiry removal) is in flight: how many moves
     _moving: dict[int, int]
+    #: destinations told of (logged) whose individual DLQ's name is too long to store
+    _dlq_name_warned: set[str]
 
     if TYPE_CHECKING:  # provided by the broker
 
@@ -45,6 +52,7 @@ class DeadLetters:
         self._retries = set()
         self._dlq_audit = DeadLetterAudit()
         self._moving = {}
+        self._dlq_name_warned = set()
 
     def dead_letter(
         self,
@@ -68,7 +76,7 @@ class DeadLetters:
         move.ids = [m.store_id for m in msgs if m.store_id is not None]
         self._hold(move.ids)
         for m in msgs:
-            dlq = self.config.dlq_for(m.container)
+            dlq = self._dlq_for(m.container)
             if (m.persistent or self.config.dlq_non_persistent) and m.container != dlq:
                 self._add_copy(move, dead_letter(m, dlq))
         if move.copies:
@@ -76,6 +84,25 @@ class DeadLetters:
                      outcome.value)  # fmt: skip
         self._submit_move(move, retry=True)
         return move.result
+
+    def _dlq_for(self, container: str) -> str:
+        """The DLQ of ``container``'s messages; the first time one goes to the shared DLQ
+        because its individual DLQ's name would be too long to store, a warning says so."""
+        if (
+            self.config.individual_dlq_too_long(container)
+            and container not in self._dlq_name_warned
+        ):
+            if len(self._dlq_name_warned) >= _MAX_WARNED:
+                self._dlq_name_warned.clear()  # bounded: a later warning may repeat
+            self._dlq_name_warned.add(container)
+            log.warning(
+                "the individual DLQ of %s would be named %d characters long; ActiveMQ's "
+                "CONTAINER column holds at most %d: its dead letters go to the shared DLQ %s "
+                "(give the destination a shorter name to have its own)",
+                container, len(self.config.individual_dlq_name(container)), NAME_LENGTH,
+                self.config.dlq_for(container),
+            )  # fmt: skip
+        return self.config.dlq_for(container)
 
     def _add_copy(self, move: _Move, copy: BrokerMessage) -> None:
         """Add ``copy`` to ``move`` unless a copy of it is on its way to the DLQ already."""

@@ -95,14 +95,21 @@ class Broker(Listener, DeadLetters, Maintenance):
     async def _load(self) -> None:
         store = self.store
         containers = await asyncio.to_thread(store.destinations)
+        # Every depth and backlog in one read (PostgreSQL: one grouped count of each), not a
+        # count per destination: start-up takes about as long with 20,000 queues as with 20.
+        # Each is what ``count`` and ``pending_count`` say (XA-prepared rows left out; the
+        # journaled store's window counted in); a destination with none is not listed.
+        counts = await asyncio.to_thread(store.stats)
         for c in containers:
             if c.startswith("queue://"):
-                depth = await asyncio.to_thread(store.count, c)
+                depth = counts.destinations.get(c, 0)
                 self.queues[c] = Queue(self, c, depth=depth, loaded=depth == 0)
             elif c.startswith("topic://"):
                 self.topic(c)
         for sub in await asyncio.to_thread(store.subscriptions):
-            backlog = await asyncio.to_thread(store.pending_count, sub.key)
+            backlog = counts.subscriptions.get(sub.key)
+            if backlog is None:  # created since the counts were read
+                backlog = await asyncio.to_thread(store.pending_count, sub.key)
             topic = self.topic(sub.container)
             durable = DurableSub(topic, sub.key, sub.last_acked_id, backlog, sub.selector)
             topic.durables[sub.key] = durable
