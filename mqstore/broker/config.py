@@ -94,6 +94,10 @@ class BrokerConfig:
     queue_prefetch: int = 1000
     durable_topic_prefetch: int = 100
     topic_prefetch: int = 32766
+    #: The most messages one consumer may have unacknowledged: a larger prefetch (header
+    #: ``activemq.prefetchSize`` or a default above) is lowered to it, as ActiveMQ's client
+    #: lowers every prefetch to its MAX_PREFETCH_SIZE (32766).
+    max_prefetch: int = 32766
     redelivery: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     dlq_name: str = "ActiveMQ.DLQ"
     individual_dlq: bool = False
@@ -157,6 +161,8 @@ class BrokerConfig:
                 f"max_transactions ({self.max_transactions}) must be 0 (no limit) or more"
             )
         check_block_timeout("memory_block_timeout", self.memory_block_timeout)
+        if self.max_prefetch < 1:
+            raise ConfigError(f"max_prefetch ({self.max_prefetch}) must be at least 1")
         if self.memory_window < 1 or self.memory_window_bytes < 1 or self.memory_limit < 1:
             raise ConfigError(
                 f"memory_window ({self.memory_window}), memory_window_bytes "

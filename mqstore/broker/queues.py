@@ -6,9 +6,20 @@ delivery order) as consumers drain the window. ``tracked`` holds the IDs
 the queue has in memory, in flight or being removed, so a page never yields them twice;
 ``gone`` the IDs removed while a page is being read, which that page may still hold.
 
+A stored message counts against the window's bytes (and the broker's memory budget) from
+the moment it is in memory until it leaves it: waiting, in flight to a consumer (also once
+acknowledged in an open transaction), waiting for its redelivery delay, or consumed and
+waiting for the store to remove it. Those waiting and those being removed also count
+against ``memory_window`` messages, so paging waits for a slow store instead of piling up
+consumed messages; deliveries in flight count by their bytes only (a consumer's prefetch
+bounds their number). Returned deliveries go back in line, and the window is trimmed back
+to its bounds by leaving the last messages never delivered to the store for a later page.
+
 Non-persistent messages are only in memory, from their SEND until acknowledged: their
 bytes are counted, and past ``queue_high_water`` producers of non-persistent messages to the
-queue wait at its gate until consumers take them below ``queue_low_water``.
+queue wait at its gate until consumers take them below ``queue_low_water``. Those of all
+queues together are bounded by ``memory_limit`` too (:class:`NonPersistentMemory`): while
+they come to that much, producers of non-persistent messages wait at every queue's gate.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import asyncio
 import heapq
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -49,6 +61,37 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class NonPersistentMemory:
+    """The bytes of the non-persistent messages all queues of one broker hold, against its
+    ``memory_limit`` (ActiveMQ's broker-wide memoryUsage): once they reach it, the gate of a
+    queue that takes one more closes, and the queues so held back open again as soon as
+    consumers take them below it."""
+
+    __slots__ = ("held_back", "limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.held_back: set[Queue] = set()
+
+    @property
+    def full(self) -> bool:
+        return self.used >= self.limit
+
+
+_NON_PERSISTENT: weakref.WeakKeyDictionary[Broker, NonPersistentMemory] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def non_persistent_memory(broker: Broker) -> NonPersistentMemory:
+    """The :class:`NonPersistentMemory` of ``broker`` (one for all its queues)."""
+    memory = _NON_PERSISTENT.get(broker)
+    if memory is None:
+        memory = _NON_PERSISTENT[broker] = NonPersistentMemory(broker.config.memory_limit)
+    return memory
+
+
 class Queue:
     """One queue destination (``queue://NAME``)."""
 
@@ -68,13 +111,20 @@ class Queue:
         self._scheduled = False
         self._paging = False
         self._left = LeftToPage()
-        #: The stored messages in ``pending``, counted against the memory window.
+        #: The stored messages held in memory (see above), counted against the window.
         self.window = Window(
             broker.config.memory_window, broker.config.memory_window_bytes, broker.memory
         )
+        #: IDs of the stored messages counted in ``window``.
+        self.counted: set[int] = set()
+        #: IDs of the stored messages consumed whose removal the store has not yet applied.
+        self.settling: set[int] = set()
         #: Bytes of the non-persistent messages held (body + MESSAGE_OVERHEAD each): waiting,
         #: in flight, or on their way out; only memory holds them.
         self.volatile_bytes = 0
+        #: past ``queue_high_water``, not yet below ``queue_low_water``
+        self._over_high_water = False
+        self.all_volatile = non_persistent_memory(broker)
         self.gate = ProducerGate()
         self._warned_at = float("-inf")
 
@@ -105,7 +155,7 @@ class Queue:
             if not self.exhausted and not self._before_cursor(msg):
                 self._left.skip(msg)
                 return  # a page will bring it in
-            if self.exhausted and self.window.full(len(self.pending)):
+            if self.exhausted and self.window.full(self._waiting()):
                 self.exhausted = False
                 self._left.skip(msg)
                 return
@@ -117,29 +167,83 @@ class Queue:
         self.kick()
 
     def _push(self, msg: BrokerMessage) -> None:
-        """Into ``pending`` (a stored message counts against the window until taken out)."""
-        if msg.store_id is not None:
-            self.window.add(msg)
+        """Into ``pending`` (a stored message counts against the window until it leaves
+        memory: see :meth:`_uncount`)."""
+        self._count(msg)
         heapq.heappush(self.pending, (self._rank(msg), msg.seq, msg))
 
+    def _count(self, msg: BrokerMessage) -> None:
+        if msg.store_id is not None and msg.store_id not in self.counted:
+            self.counted.add(msg.store_id)
+            self.window.add(msg)
+
+    def _uncount(self, msg: BrokerMessage) -> None:
+        """A stored message left memory (consumed, dead-lettered, or left to the store)."""
+        if msg.store_id is not None and msg.store_id in self.counted:
+            self.counted.discard(msg.store_id)
+            self.window.remove(msg)
+
+    def _waiting(self) -> int:
+        """Messages counted against ``memory_window``: those waiting for dispatch and those
+        consumed whose removal the store has not yet applied."""
+        return len(self.pending) + len(self.settling)
+
     def _hold(self, msg: BrokerMessage) -> None:
-        """Count a non-persistent message; past the high-water mark producers wait."""
-        self.volatile_bytes += msg.size + MESSAGE_OVERHEAD
+        """Count a non-persistent message; past the high-water mark, or past the broker's
+        memory limit for all queues' non-persistent messages, producers wait."""
+        cost = msg.size + MESSAGE_OVERHEAD
+        self.volatile_bytes += cost
+        every = self.all_volatile
+        every.used += cost
         high = self.broker.config.queue_high_water
-        if not self.gate.closed and self.volatile_bytes > high:
+        if self.volatile_bytes > high:
+            self._over_high_water = True
+        if every.full:
+            every.held_back.add(self)
+        if not self.gate.closed and (self._over_high_water or every.full):
             self.gate.closed = True
             now = time.monotonic()
             if now - self._warned_at >= FULL_WARNING_INTERVAL:
                 self._warned_at = now
                 log.warning(
-                    "%s holds %d bytes of non-persistent messages (queue_high_water %d): "
-                    "producers of non-persistent messages to it wait until consumers take them",
-                    self.container, self.volatile_bytes, high,
+                    "%s holds %d bytes of non-persistent messages (queue_high_water %d; all "
+                    "queues hold %d, memory_limit %d): producers of non-persistent messages to "
+                    "it wait until consumers take them",
+                    self.container, self.volatile_bytes, high, every.used, every.limit,
                 )  # fmt: skip
+
+    def _release_volatile(self, freed: int) -> None:
+        """Non-persistent messages left: open the gates they held closed."""
+        self.volatile_bytes = max(0, self.volatile_bytes - freed)
+        every = self.all_volatile
+        every.used = max(0, every.used - freed)
+        if self._over_high_water and self.volatile_bytes < self.broker.config.queue_low_water:
+            self._over_high_water = False
+        if every.held_back and not every.full:
+            held_back, every.held_back = every.held_back, set()
+            for queue in held_back:
+                queue._open_gate()
+        self._open_gate()
+
+    def _open_gate(self) -> None:
+        if not self.gate.closed or self._over_high_water:
+            return
+        if self.all_volatile.full:
+            self.all_volatile.held_back.add(self)  # opens once the broker has room
+        else:
+            self.gate.open()
 
     def refusal(self) -> str:
         """What a producer refused at the gate is told (see :class:`~.flow.Limited`)."""
         cfg = self.broker.config
+        every = self.all_volatile
+        if not self._over_high_water and every.full:
+            return (
+                f"the broker is full: its queues hold {every.used} bytes of non-persistent "
+                f"messages, its memory_limit ({every.limit} bytes, MQSTORE_MEMORY_LIMIT_MB); "
+                f"{self.container} takes no more until they are below it: consume from "
+                "the queues, or raise the limit"
+            )
         return (
             f"{self.container} is full: it holds {self.volatile_bytes} bytes of non-persistent "
             f"messages; past queue_high_water ({cfg.queue_high_water} bytes, "
@@ -156,10 +260,37 @@ class Queue:
             return False
         return (-msg.store_priority, msg.store_id) < (-self.cursor.priority, self.cursor.id)
 
-    def requeue(self, msg: BrokerMessage) -> None:
-        """Put a returned message back in line (keeps its original position)."""
-        self._push(msg)
+    def _return(self, msgs: list[BrokerMessage]) -> None:
+        """Put returned messages back in line (each keeps its original position), then trim
+        the window back to its bounds."""
+        for msg in msgs:
+            self._push(msg)
+        self._trim()
         self.kick()
+
+    def _trim(self) -> None:
+        """Back within the window's bounds after messages returned: the last stored messages
+        in line that were never delivered leave memory (the store keeps them; a later page
+        brings them back in). Only from the end of the line, so order is kept."""
+        window = self.window
+        if not (self._waiting() > window.max_count or window.bytes > window.max_bytes):
+            return
+        line = sorted(self.pending)
+        dropped = 0
+        while line and (
+            self._waiting() - dropped > window.max_count or window.bytes > window.max_bytes
+        ):
+            msg = line[-1][2]
+            if msg.store_id is None or msg.redelivered or len(line) == 1:
+                break  # only memory holds it, or its redelivery is not yet stored
+            line.pop()
+            dropped += 1
+            self.tracked.discard(msg.store_id)
+            self._uncount(msg)
+            self._left.skip(msg)
+            self.exhausted = False
+        if dropped:
+            self.pending = line  # sorted: a heap
 
     # -- consumers --------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -206,8 +337,6 @@ class Queue:
             if chosen is None:
                 break
             _, _, msg = heapq.heappop(self.pending)
-            if msg.store_id is not None:
-                self.window.remove(msg)
             if msg.expired(now):
                 self.broker.dead_letter(self, [msg], Outcome.EXPIRED)
                 continue
@@ -228,12 +357,13 @@ class Queue:
         """A message with a malformed body goes to the DLQ; on its DLQ it stays stored."""
         if msg.container == self.broker.config.dlq_for(msg.container):
             log.error("%s: %s; left in the store, not delivered", self.container, exc)
+            self._uncount(msg)
             return  # stays tracked: not paged in again before a restart
         log.error("%s: %s; moved to the DLQ", self.container, exc)
         self.broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
 
     def _maybe_page(self) -> None:
-        count = len(self.pending)
+        count = self._waiting()
         if self.exhausted or self._paging or not self.window.wants_page(count):
             return
         if not self._eligible():
@@ -319,6 +449,8 @@ class Queue:
         for m in msgs:
             if m.store_id is not None:
                 op.removes.append(Removal(self.container, m.store_id, outcome))
+                if m.store_id in self.tracked:
+                    self.settling.add(m.store_id)
 
         def finish() -> None:
             self.removed(msgs)
@@ -334,6 +466,8 @@ class Queue:
             self.depth -= 1
             if m.store_id is not None:
                 self.tracked.discard(m.store_id)
+                self.settling.discard(m.store_id)
+                self._uncount(m)
                 if self._paging:  # the page in flight may have read it before it went
                     self.gone.add(m.store_id)
             else:
@@ -341,12 +475,11 @@ class Queue:
             if self.broker.counts_in_usage(m):
                 self.broker.usage.release(m.size)
         if freed:
-            self.volatile_bytes = max(0, self.volatile_bytes - freed)
-            if self.gate.closed and self.volatile_bytes < self.broker.config.queue_low_water:
-                self.gate.open()
+            self._release_volatile(freed)
 
     def drop_pending(self, store_ids: set[int]) -> list[BrokerMessage]:
-        """Take the given stored messages out of the in-memory window (expiry sweep)."""
+        """Take the given stored messages out of line (expiry sweep); they stay counted in
+        the window until their removal is applied (:meth:`removed`)."""
         keep: list[tuple[int, int, BrokerMessage]] = []
         out: list[tuple[int, int, BrokerMessage]] = []
         for entry in self.pending:
@@ -354,7 +487,6 @@ class Queue:
         if out:
             heapq.heapify(keep)
             self.pending = keep
-            self._taken_out(out)
         return [e[2] for e in out]
 
     def expired_pending(self, now: int) -> list[BrokerMessage]:
@@ -365,24 +497,24 @@ class Queue:
         out = [e for e in self.pending if e[2].expired(now)]
         heapq.heapify(keep)
         self.pending = keep
-        self._taken_out(out)
         return [e[2] for e in out]
-
-    def _taken_out(self, entries: list[tuple[int, int, BrokerMessage]]) -> None:
-        """Entries taken out of ``pending`` other than by dispatch leave the window."""
-        for _, _, msg in entries:
-            if msg.store_id is not None:
-                self.window.remove(msg)
 
     def unsettled(self, msgs: list[BrokerMessage], *, delivered: bool) -> None:
         """Messages whose consumption failed to reach the store come back, after a pause
         (the store is likely still away), unless they left the queue meanwhile; those
         ``delivered`` to a consumer before, marked redelivered."""
+        for m in msgs:
+            if m.store_id is not None:
+                self.settling.discard(m.store_id)  # still counted: memory holds them
 
         def back() -> None:
-            for m in msgs:
-                if m.store_id is None or m.store_id in self.tracked:
-                    self.requeue(m.marked_redelivered() if delivered else m)
+            self._return(
+                [
+                    m.marked_redelivered() if delivered else m
+                    for m in msgs
+                    if m.store_id is None or m.store_id in self.tracked
+                ]
+            )
 
         asyncio.get_running_loop().call_later(UNSETTLED_RETRY_S, back)
 
@@ -394,6 +526,7 @@ class Queue:
         poison: list[BrokerMessage] = []
         updates: list[tuple[str, int, bytes]] = []
         uncounted: list[BrokerMessage] = []
+        now: list[BrokerMessage] = []
         for d in deliveries:
             d.consumer.settle(d)
             if d.consumer.conn.store_refused:
@@ -407,9 +540,10 @@ class Queue:
                 updates.append((self.container, copy.store_id, copy.data))
             delay = policy.delay(copy.redelivery_counter)
             if delay > 0:
-                asyncio.get_running_loop().call_later(delay / 1000, self.requeue, copy)
+                asyncio.get_running_loop().call_later(delay / 1000, self._return, [copy])
             else:
-                self.requeue(copy)
+                now.append(copy)
+        self._return(now)
         if updates:
             self.broker.writer_submit(Op(updates=updates), None)
         if poison:
@@ -427,6 +561,7 @@ class Queue:
             "in_memory": len(self.pending),
             "in_memory_bytes": self.window.bytes,
             "in_flight": sum(len(c.in_flight) for c in self.consumers),
+            "settling": len(self.settling),
             "non_persistent_bytes": self.volatile_bytes,
             "blocked_producers": self.gate.waiting,
             "refused_sends": self.gate.refused,

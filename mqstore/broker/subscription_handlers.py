@@ -75,10 +75,13 @@ class SubscriptionHandlers(HandlerState):
             prefetch = int(prefetch_size or default)
         except ValueError:
             raise protocol_error("activemq.prefetchSize must be an integer") from None
+        # A larger prefetch is lowered to the most a consumer may have unacknowledged (as
+        # ActiveMQ's client lowers it to its MAX_PREFETCH_SIZE).
+        prefetch = min(max(prefetch, 1), cfg.max_prefetch)
         exclusive = frame.get("activemq.exclusive") or options.get("consumer.exclusive")
         consumer = Consumer(
             self,  # type: ignore[arg-type]
-            sub_id, container, "auto" if browser else ack, max(prefetch, 1),
+            sub_id, container, "auto" if browser else ack, prefetch,
             exclusive=exclusive == "true", browser=browser,
             no_local=self.producer if no_local else None,
         )  # fmt: skip

@@ -164,7 +164,10 @@ class Consumer:
         self.conn.forget(delivery.token)
 
     def mark_tx(self, delivery: Delivery, tx: str) -> None:
-        """An ACK inside a transaction frees prefetch credit at once, as in ActiveMQ."""
+        """An ACK inside a transaction frees prefetch credit at once, as in ActiveMQ (its
+        prefetch extension): a transaction may ack more messages than the prefetch. Its
+        message stays in memory until COMMIT or ABORT, counted against its queue's memory
+        window (as ActiveMQ's memory usage), which bounds what such a consumer is sent."""
         if delivery.tx is None:
             delivery.tx = tx
             self.outstanding -= 1
