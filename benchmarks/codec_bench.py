@@ -2,6 +2,11 @@
 
 Workload: 1 KiB TextMessages with 5 properties (string, int, long, boolean, double),
 shaped like what ActiveMQ's JDBC store holds. Run: ``python benchmarks/codec_bench.py``.
+
+The last cases are the audit's decoding of one Arrow batch (``mqstore audit``): the decoded
+columns without bodies, the key inside ``MSG`` (``container``, ``msgid_prod``,
+``msgid_seq``) read by ``decode(lazy=True)`` per row as a pass of its own, and both from
+the one columnar pass the audit runs (``decode_columns(..., identity=True)``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mqstore.openwire import JInt, JLong, decode, encode, text_message
+import pyarrow as pa
+
+from mqstore.openwire import DecodeError, JInt, JLong, decode, encode, text_message
 from mqstore.openwire.columnar import summarize
 
 
@@ -47,6 +54,41 @@ def _rate(fn: Callable[[], None], ops: int, seconds: float) -> float:
         fn()
         best = max(best, ops / (time.perf_counter() - t0))
     return best
+
+
+def audit_cases(frames: list[bytes]) -> list[tuple[str, Callable[[], None]]]:
+    """The audit's decoding of ``frames`` as one Arrow batch, in its parts (see above)."""
+    from spark_etl.decode import decode_columns, utf8_strings
+
+    msgs = pa.array(frames, pa.binary())
+
+    def columns() -> None:
+        decode_columns(msgs, bodies=False)
+
+    def header_key() -> None:
+        containers: list[str | None] = []
+        producers: list[str | None] = []
+        sequences: list[int | None] = []
+        for frame in msgs.to_pylist():
+            try:
+                msg = None if frame is None else decode(frame, lazy=True)
+            except (DecodeError, ValueError, IndexError, OverflowError):
+                msg = None
+            containers.append(None if msg is None else msg.container)
+            producers.append(None if msg is None else msg.msgid_prod)
+            sequences.append(None if msg is None else msg.msgid_seq)
+        pa.array(utf8_strings(containers), pa.string())
+        pa.array(utf8_strings(producers), pa.string())
+        pa.array(sequences, pa.int64())
+
+    def columns_and_key() -> None:
+        decode_columns(msgs, bodies=False, identity=True)
+
+    return [
+        ("audit: Arrow columns, no bodies", columns),
+        ("audit: key by decode(lazy=True) per row", header_key),
+        ("audit: Arrow columns + key, one pass", columns_and_key),
+    ]
 
 
 def main() -> None:
@@ -92,6 +134,7 @@ def main() -> None:
         ("summarize (columnar: headers, properties, text)", columns_text),
         ("summarize, text left as spans (Spark path)", columns_spans),
         ("encode", encode_all),
+        *audit_cases(frames),
     ]
     print(f"{len(frames[0])}-byte frames, 1 KiB text body, 5 properties, best of {args.seconds}s")
     print(f"{'case':<50} {'msgs/s':>10} {'us/msg':>8}")

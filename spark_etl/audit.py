@@ -23,7 +23,7 @@ from .archive_guard import history_archive
 from .datasets import read_dataset
 from .decode import with_decoded
 from .durable import write_atomically
-from .identity import container_mismatches, msgid_mismatches, with_identity
+from .identity import container_mismatches, msgid_mismatches
 from .lock_probe import RowLockProbe, probe_row_lock
 from .report_html import figure, render
 from .sources import (
@@ -384,8 +384,8 @@ def build_report(
     row_lock: RowLockProbe | None = None,
     prioritized: bool = False,
 ) -> dict[str, Any]:
-    """The audit report (a JSON-ready dict) from decoded messages (with
-    :func:`.identity.with_identity`'s columns), ACKS, LOCK and history;
+    """The audit report (a JSON-ready dict) from decoded messages (with the identity
+    columns: ``with_decoded(..., identity=True)``), ACKS, LOCK and history;
     ``row_lock`` is what probing the lock row found (:func:`lock_status`), ``prioritized``
     whether the store has prioritizedMessages (:func:`subscription_backlog`; the rule is
     shown as ``backlog_rule``)."""
@@ -452,8 +452,9 @@ def audit(
     identity = inspect_database(dsn, prefix, ("ACTIVEMQ_MSGS", "ACTIVEMQ_ACKS", "ACTIVEMQ_LOCK"))
     archived = history_archive(out_dir, archive, identity, prefix)
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    # No body is audited: dropping them keeps each body out of the cached rows.
-    msgs = with_decoded(with_identity(read_msgs(spark, src)), keep_msg=False, bodies=False).drop(
+    # No body is audited: dropping them keeps each body out of the cached rows. The key
+    # inside MSG (the identity columns) comes from the same pass over each frame.
+    msgs = with_decoded(read_msgs(spark, src), keep_msg=False, bodies=False, identity=True).drop(
         "text", "body"
     )
     history = None

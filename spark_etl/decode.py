@@ -5,7 +5,9 @@ does not decode gets null fields and ``decode_error`` set instead of failing the
 :func:`with_decoded` decodes Arrow record batches (``mapInArrow``: no pandas conversion)
 with :func:`decode_columns`, which walks each frame once straight into column lists
 (:mod:`mqstore.openwire.columnar`) and leaves only unusual frames to :func:`decode_msg`;
-:func:`decode_column` is the per-row function as a column UDF.
+:func:`decode_column` is the per-row function as a column UDF. With ``identity`` the same
+pass also gives the key ActiveMQ derives from ``MSG`` (:data:`IDENTITY_COLUMNS`), which the
+audit compares with the row's columns (:mod:`.identity`).
 
 Bodies: ``text`` holds a TextMessage's text; ``body`` the payload of every other kind
 (:func:`payload`: a BytesMessage's bytes, the content of a map, stream, object... message
@@ -22,11 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from mqstore.openwire import DecodeError, Message, MessageKind, decode, replace_lone_surrogates
 from mqstore.openwire.body import inflate
-from mqstore.openwire.columnar import SUMMARY_FIELDS, property_text, summarize
+from mqstore.openwire.columnar import IDENTITY_FIELDS, SUMMARY_FIELDS, property_text, summarize
 
 #: Decoded fields, in order, with their Spark SQL types.
 DECODED_FIELDS: tuple[tuple[str, str], ...] = (
@@ -47,6 +49,17 @@ DECODED_FIELDS: tuple[tuple[str, str], ...] = (
 )
 _NAMES = [name for name, _ in DECODED_FIELDS]
 assert tuple(n for n in _NAMES if n != "body") == SUMMARY_FIELDS
+#: The columns ``with_decoded(..., identity=True)`` adds after :data:`DECODED_FIELDS`: the
+#: destination's qualified name, the producer id and the sequence of the message id inside
+#: ``MSG`` (``Message.container``, ``msgid_prod``, ``msgid_seq``; from the header alone, as
+#: :func:`decode_identity` reads them), which ActiveMQ writes to ``CONTAINER``,
+#: ``MSGID_PROD`` and ``MSGID_SEQ``; null where ``MSG`` is NULL or its header does not decode.
+IDENTITY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("msg_container", "string"),
+    ("msg_msgid_prod", "string"),
+    ("msg_msgid_seq", "bigint"),
+)
+_NO_IDENTITY = dict.fromkeys(IDENTITY_FIELDS)
 #: Kinds whose stored content is a zlib stream when the message is compressed.
 _DEFLATED = frozenset((MessageKind.MAP, MessageKind.STREAM, MessageKind.OBJECT))
 _KIND_NAMES = {kind: kind.name.lower() for kind in MessageKind}
@@ -59,10 +72,50 @@ def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
 
     Strings are as Spark stores them: a lone UTF-16 surrogate (legal in Java) becomes ``?``.
     """
+    return _decode_row(data, identity=False)
+
+
+def decode_identity(data: bytes | bytearray | None) -> tuple[str | None, str | None, int | None]:
+    """``Message.container``, ``msgid_prod`` and ``msgid_seq`` of one ``MSG`` value, read from
+    its header alone (``decode(lazy=True)``: a frame whose header decodes has them even when
+    its properties or body do not); all None when ``MSG`` is NULL or its header does not
+    decode. Strings in their UTF-8 form (a lone surrogate as ``?``)."""
+    if data is None:
+        return None, None, None
+    try:
+        msg = decode(data, lazy=True)
+    except (DecodeError, ValueError, IndexError, OverflowError):
+        return None, None, None
+    return _identity_of(msg)
+
+
+def _identity_of(msg: Message) -> tuple[str | None, str | None, int | None]:
+    container, producer = utf8_strings((msg.container, msg.msgid_prod))
+    return container, producer, msg.msgid_seq
+
+
+def _decode_identified(data: bytes) -> dict[str, Any]:
+    """:func:`decode_msg`'s row plus :data:`~mqstore.openwire.columnar.IDENTITY_FIELDS`, as
+    :func:`decode_identity` gives them (``summarize``'s slow path)."""
+    return _decode_row(data, identity=True)
+
+
+def _decode_unidentified(data: bytes) -> dict[str, Any]:
+    """:func:`decode_msg`'s row with null identity fields, for passes that do not read them."""
+    row = _decode_row(data, identity=False)
+    row.update(_NO_IDENTITY)
+    return row
+
+
+def _decode_row(data: bytes | bytearray | None, identity: bool) -> dict[str, Any]:
+    """:func:`decode_msg`'s row, plus the identity fields with ``identity``."""
     row: dict[str, Any] = dict.fromkeys(_NAMES)
     if data is None:
         row["decode_error"] = NULL_MSG
+        if identity:
+            row.update(_NO_IDENTITY)
         return row
+    msg: Message | None = None
     try:
         msg = decode(data)
         row["kind"] = _KIND_NAMES[msg.kind]
@@ -86,11 +139,16 @@ def decode_msg(data: bytes | bytearray | None) -> dict[str, Any]:
         row["decode_error"] = (
             f"{type(exc).__name__}: {exc}" if not isinstance(exc, DecodeError) else str(exc)
         )
+        if identity:  # the header may decode where the whole frame does not
+            found = decode_identity(data) if msg is None else _identity_of(msg)
+            row.update(zip(IDENTITY_FIELDS, found, strict=True))
         return row
     row = _utf8_row(row)
     if row["kind"] == _TEXT_KIND:
         text = row["text"]
         row["body_size"] = 0 if text is None else len(text.encode("utf-8"))
+    if identity:
+        row.update(zip(IDENTITY_FIELDS, _identity_of(msg), strict=True))
     return row
 
 
@@ -153,9 +211,10 @@ _ARROW_TYPES = {
 NULL_MSG = "MSG is NULL"
 
 
-def decode_columns(msgs: pa.Array, bodies: bool = True) -> list[pa.Array]:
+def decode_columns(msgs: pa.Array, bodies: bool = True, identity: bool = False) -> list[pa.Array]:
     """The decoded fields of a binary array of ``MSG`` values, in :data:`DECODED_FIELDS` order
-    (``body`` all null unless ``bodies``: ``body_size`` is filled either way).
+    (``body`` all null unless ``bodies``: ``body_size`` is filled either way), followed by
+    the :data:`IDENTITY_COLUMNS` with ``identity`` (from the same pass).
 
     One pass per frame straight into column lists (:mod:`mqstore.openwire.columnar`);
     frames its fast path declines go through :func:`decode_msg`, so the values are the
@@ -166,10 +225,11 @@ def decode_columns(msgs: pa.Array, bodies: bool = True) -> list[pa.Array]:
     if msgs.type != pa.binary():
         msgs = msgs.cast(pa.binary())
     frames = msgs.to_pylist()
-    cols = summarize(frames, decode_msg, text_spans=True)
+    slow = _decode_identified if identity else _decode_unidentified
+    cols = summarize(frames, slow, text_spans=True)
     text = _span_text(msgs, cols)
     if text is None:  # a body that is not plain UTF-8: decode them all in Python
-        cols = summarize(frames, decode_msg)
+        cols = summarize(frames, slow)
         text = pa.array(cols["text"], type=pa.string())
     _fill_bodies(frames, cols, text, bodies)
     arrays = []
@@ -187,6 +247,9 @@ def decode_columns(msgs: pa.Array, bodies: bool = True) -> list[pa.Array]:
             arrays.append(text)
         else:
             arrays.append(pa.array(cols[name], type=_ARROW_TYPES[ddl]))
+    if identity:
+        for field, (_, ddl) in zip(IDENTITY_FIELDS, IDENTITY_COLUMNS, strict=True):
+            arrays.append(pa.array(cols[field], type=_ARROW_TYPES[ddl]))
     return arrays
 
 
@@ -249,23 +312,40 @@ def _span_text(msgs: pa.Array, cols: dict[str, list[Any]]) -> pa.Array | None:
 
 
 def decode_batches(
-    batches: Iterator[pa.RecordBatch], msg_col: str, keep_msg: bool, bodies: bool = True
+    batches: Iterator[pa.RecordBatch],
+    msg_col: str,
+    keep_msg: bool,
+    bodies: bool = True,
+    identity: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Append the decoded fields to each batch (and drop ``msg_col`` unless ``keep_msg``;
-    ``body`` stays null unless ``bodies``)."""
+    ``body`` stays null unless ``bodies``; the :data:`IDENTITY_COLUMNS` follow with
+    ``identity``)."""
+    names = _NAMES + [name for name, _ in IDENTITY_COLUMNS] if identity else _NAMES
     for batch in batches:
-        decoded = decode_columns(batch.column(msg_col), bodies)
+        decoded = decode_columns(batch.column(msg_col), bodies, identity)
         kept = [f.name for f in batch.schema if keep_msg or f.name != msg_col]
         yield pa.RecordBatch.from_arrays(
-            [batch.column(n) for n in kept] + decoded, names=kept + _NAMES
+            [batch.column(n) for n in kept] + decoded, names=kept + names
         )
 
 
+def identity_type() -> StructType:
+    """The Spark type of the :data:`IDENTITY_COLUMNS` (built without a Spark session)."""
+    types = {"string": StringType(), "bigint": LongType()}
+    return StructType([StructField(n, types[t]) for n, t in IDENTITY_COLUMNS])
+
+
 def with_decoded(
-    df: DataFrame, msg_col: str = "msg", keep_msg: bool = True, bodies: bool = True
+    df: DataFrame,
+    msg_col: str = "msg",
+    keep_msg: bool = True,
+    bodies: bool = True,
+    identity: bool = False,
 ) -> DataFrame:
     """``df`` plus the decoded fields as top-level columns (pure transform); without
-    ``bodies`` the ``body`` column is null (not extracted), for jobs that read no body.
+    ``bodies`` the ``body`` column is null (not extracted), for jobs that read no body;
+    with ``identity`` the :data:`IDENTITY_COLUMNS` follow, read in the same pass.
 
     The table's own ``priority`` column (0 unless ``prioritizedMessages``) is kept as
     ``store_priority``; ``priority`` is then the JMS priority from inside ``MSG``.
@@ -273,22 +353,26 @@ def with_decoded(
     if "priority" in df.columns:
         df = df.withColumnRenamed("priority", "store_priority")
     kept = [f for f in df.schema.fields if keep_msg or f.name != msg_col]
-    schema = StructType([*kept, *decoded_type().fields])
+    added = [*decoded_type().fields, *(identity_type().fields if identity else ())]
+    schema = StructType([*kept, *added])
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return decode_batches(batches, msg_col, keep_msg, bodies)
+        return decode_batches(batches, msg_col, keep_msg, bodies, identity)
 
     return df.mapInArrow(run, schema)
 
 
 __all__ = [
     "DECODED_FIELDS",
+    "IDENTITY_COLUMNS",
     "NULL_MSG",
     "decode_batches",
     "decode_column",
     "decode_columns",
+    "decode_identity",
     "decode_msg",
     "decoded_type",
+    "identity_type",
     "payload",
     "property_text",
     "utf8_strings",

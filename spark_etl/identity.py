@@ -3,10 +3,13 @@
 ActiveMQ's JDBC adapter writes ``CONTAINER`` (the destination's qualified name),
 ``MSGID_PROD`` (the producer id) and ``MSGID_SEQ`` (the producer's sequence number) from
 the message it stores, and finds a row again by them (removal, duplicate detection).
-:func:`with_identity` reads them back from ``MSG`` (header only, ``decode(lazy=True)``) as
-``msg_container``, ``msg_msgid_prod`` and ``msg_msgid_seq``: null where ``MSG`` does not
-decode (the audit counts those as undecodable). :func:`container_mismatches` and
-:func:`msgid_mismatches` are the audit's findings of rows whose columns differ.
+The decoding pass reads them back from ``MSG`` (``with_decoded(..., identity=True)``, in the
+same walk over each frame as the decoded columns) as ``msg_container``, ``msg_msgid_prod``
+and ``msg_msgid_seq``: the values of the header alone (``decode(lazy=True)``), null where
+``MSG`` is NULL or its header does not decode (the audit counts those as undecodable).
+:func:`container_mismatches` and :func:`msgid_mismatches` are the audit's findings of rows
+whose columns differ. :func:`with_identity` adds only those three columns (a decoding pass
+of its own: a job that decodes ``MSG`` anyway asks ``with_decoded`` for them instead).
 """
 
 from __future__ import annotations
@@ -16,38 +19,18 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
-from mqstore.openwire import DecodeError, decode
+from .decode import decode_columns, identity_type
 
-from .decode import utf8_strings
-
-#: The columns :func:`with_identity` adds, with their Spark types.
-IDENTITY_FIELDS = (
-    StructField("msg_container", StringType()),
-    StructField("msg_msgid_prod", StringType()),
-    StructField("msg_msgid_seq", LongType()),
-)
+#: The columns :func:`with_identity` (and ``with_decoded(..., identity=True)``) add, with
+#: their Spark types.
+IDENTITY_FIELDS = tuple(identity_type().fields)
 
 
 def identity_columns(msgs: pa.Array) -> list[pa.Array]:
     """``msg_container``, ``msg_msgid_prod`` and ``msg_msgid_seq`` of each ``MSG`` value."""
-    containers: list[str | None] = []
-    producers: list[str | None] = []
-    sequences: list[int | None] = []
-    for frame in msgs.to_pylist():
-        try:
-            msg = None if frame is None else decode(frame, lazy=True)
-        except (DecodeError, ValueError, IndexError, OverflowError):
-            msg = None
-        containers.append(None if msg is None else msg.container)
-        producers.append(None if msg is None else msg.msgid_prod)
-        sequences.append(None if msg is None else msg.msgid_seq)
-    return [
-        pa.array(utf8_strings(containers), pa.string()),
-        pa.array(utf8_strings(producers), pa.string()),
-        pa.array(sequences, pa.int64()),
-    ]
+    return decode_columns(msgs, bodies=False, identity=True)[-len(IDENTITY_FIELDS) :]
 
 
 def with_identity(df: DataFrame, msg_col: str = "msg") -> DataFrame:

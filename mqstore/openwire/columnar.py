@@ -1,7 +1,8 @@
 """Column-wise summaries of many ``MSG`` frames for analytics, without ``Message`` objects.
 
 :func:`summarize` walks each frame once and appends the JMS header fields, the properties
-as text and the text body straight into per-column lists. It accepts exactly what
+as text, the text body and the key ActiveMQ's JDBC store derives from the message
+(:data:`IDENTITY_FIELDS`) straight into per-column lists. It accepts exactly what
 :func:`~mqstore.openwire.decode` accepts; a frame it does not handle itself (compressed,
 a BlobMessage, a MapMessage/StreamMessage body, rare property types, anything malformed)
 is handed to the caller's ``slow`` function, so the columns equal a full decode row for row.
@@ -39,6 +40,10 @@ SUMMARY_FIELDS: tuple[str, ...] = (
     "body_size",
     "decode_error",
 )
+#: The columns of the key ActiveMQ's JDBC store derives from a message, as ``Message``
+#: gives them: ``container`` (the destination's qualified name), ``msgid_prod`` and
+#: ``msgid_seq`` (the message id's producer id and sequence).
+IDENTITY_FIELDS: tuple[str, ...] = ("container", "msgid_prod", "msgid_seq")
 
 _HEAD = struct.Struct(">iBiB").unpack_from  # frame size, type, commandId, responseRequired
 _I32 = struct.Struct(">i").unpack_from
@@ -70,7 +75,12 @@ def summarize(
     ``properties`` is returned flat as ``prop_offsets`` (one more than frames),
     ``prop_keys``, ``prop_values`` and ``prop_null`` (the map is null). A ``None`` frame
     gives nulls everywhere. ``slow(frame)`` must return a mapping with every field for
-    the frames the fast path declines (its ``properties``: a dict of text or None).
+    the frames the fast path declines (its ``properties``: a dict of text or None), the
+    :data:`IDENTITY_FIELDS` included.
+
+    ``container``, ``msgid_prod`` and ``msgid_seq`` (:data:`IDENTITY_FIELDS`) are the
+    message's ``Message.container``, ``msgid_prod`` and ``msgid_seq``, read from the same
+    pass.
 
     ``body_at``/``body_len`` give where the content of a frame of another kind is (its
     payload: the fast path takes only uncompressed plain bodies), ``body_at`` -1 where it
@@ -91,6 +101,9 @@ def summarize(
     types: list[str | None] = []
     redeliv: list[int | None] = []
     origs: list[str | None] = []
+    containers: list[str | None] = []
+    producers: list[str | None] = []
+    sequences: list[int | None] = []
     texts: list[str | None] = []
     text_at: list[int] = []
     text_len: list[int] = []
@@ -105,10 +118,11 @@ def summarize(
     nprops = 0
     columns: tuple[list[Any], ...] = (kinds, ids, stamps, prios, persist, corrs, types, redeliv)
     columns += (origs,)
-    tail: tuple[list[Any], ...] = (texts, sizes, errors)
+    identity: tuple[list[Any], ...] = (containers, producers, sequences)
+    tail: tuple[list[Any], ...] = (texts, sizes, errors, *identity)
     # The frames of one producer to one destination share their bytes from offset 10 up
     # to the message id's sequence number: remember a few such heads and their parse.
-    memo: list[tuple[bytes, int, str | None, int, str | None]] = []
+    memo: list[tuple[bytes, int, str | None, int, str | None, str | None, str | None]] = []
     names: dict[bytes, str] = {}
     head, middle, parse_tail, properties = read_head, read_middle, read_tail, read_properties
     for frame in frames:
@@ -132,20 +146,18 @@ def summarize(
                 raise SlowPathError
             for known in memo:
                 if data.startswith(known[0], 10):
-                    _, pos, orig, id_mode, id_text = known
+                    _, pos, orig, id_mode, id_text, container, producer = known
                     break
             else:
-                pos, orig, id_mode, id_text = head(data)
-                memo.insert(0, (data[10:pos], pos, orig, id_mode, id_text))
+                pos, orig, id_mode, id_text, container, producer = head(data)
+                memo.insert(0, (data[10:pos], pos, orig, id_mode, id_text, container, producer))
                 del memo[_MEMO:]
-            if id_mode == 1:
-                jms_id: str | None = f"{id_text}{_QQ(data, pos)[0]}"
-                pos += 16
-            elif id_mode:
-                jms_id = id_text
+            if id_mode:
+                sequence: int | None = _QQ(data, pos)[0]
+                jms_id: str | None = f"{id_text}{sequence}" if id_mode == 1 else id_text
                 pos += 16
             else:
-                jms_id = None
+                sequence = jms_id = None
             otx, gid, _, corr_flag, persistent, _, priority, reply, timestamp, type_flag = _MID(
                 data, pos
             )
@@ -223,6 +235,8 @@ def summarize(
             body_len.append(0)
             sizes.append(row["body_size"])
             errors.append(row["decode_error"])
+            for col, name in zip(identity, IDENTITY_FIELDS, strict=True):
+                col.append(row[name])
             found = row["properties"]
             nulls.append(found is None)
             if found:
@@ -240,6 +254,9 @@ def summarize(
         types.append(jms_type)
         redeliv.append(redelivery)
         origs.append(orig)
+        containers.append(container)
+        producers.append(producer)
+        sequences.append(sequence)
         texts.append(text)
         text_at.append(at)
         text_len.append(tlen if at >= 0 else 0)
@@ -256,9 +273,10 @@ def summarize(
         offsets.append(nprops)
     result: dict[str, list[Any]] = dict(zip(SUMMARY_FIELDS[:9], columns, strict=True))
     result.update(text=texts, body_size=sizes, decode_error=errors)
+    result.update(zip(IDENTITY_FIELDS, identity, strict=True))
     result.update(text_at=text_at, text_len=text_len, body_at=body_at, body_len=body_len)
     result.update(prop_offsets=offsets, prop_keys=keys, prop_values=values, prop_null=nulls)
     return result
 
 
-__all__ = ["SUMMARY_FIELDS", "property_text", "summarize"]
+__all__ = ["IDENTITY_FIELDS", "SUMMARY_FIELDS", "property_text", "summarize"]

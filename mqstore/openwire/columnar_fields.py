@@ -122,27 +122,30 @@ def _skip_destination(data: bytes, pos: int) -> int:
     return _string(data, pos + 2)[1]
 
 
-def read_head(data: bytes) -> tuple[int, str | None, int, str | None]:
+def read_head(data: bytes) -> tuple[int, str | None, int, str | None, str | None, str | None]:
     """Parse producerId .. messageId's producerId (the part shared by one producer's frames).
 
     Returns the position of the message id's sequence numbers (or after its null flag),
-    the original destination, and how the JMSMessageID is made: mode 0 none, 1 ``text``
-    plus the producer sequence id, 2 ``text`` as is.
+    the original destination, how the JMSMessageID is made (mode 0 none, 1 ``text`` plus
+    the producer sequence id, 2 ``text`` as is), the destination's qualified name
+    (``Message.container``) and the message id's producer id as text
+    (``Message.msgid_prod``: None without a message id).
     """
     pos = _producer(data, 10)[1]
-    pos = _skip_destination(data, pos)  # destination
+    container, pos = _destination(data, pos)
     pos = _skip_transaction(data, pos) if data[pos] else pos + 1
     orig, pos = _destination(data, pos)
     flag = data[pos]  # messageId
     if not flag:
-        return pos + 1, orig, 0, None
+        return pos + 1, orig, 0, None, container, None
     if flag != 1 or data[pos + 1] != 110:
         raise SlowPathError
     text_view, pos = _string(data, pos + 2)
     producer, pos = _producer(data, pos)
     if text_view is None:
-        return pos, orig, 1, producer + ":"
-    return pos, orig, 2, (text_view if text_view.startswith("ID:") else "ID:" + text_view)
+        return pos, orig, 1, producer + ":", container, producer
+    text = text_view if text_view.startswith("ID:") else "ID:" + text_view
+    return pos, orig, 2, text, container, producer
 
 
 def read_middle(data: bytes, pos: int) -> tuple[int, str | None, bool, int, int, str | None]:

@@ -37,8 +37,14 @@ from mqstore.openwire import (
     stream_message,
     text_message,
 )
-from mqstore.openwire.columnar import SUMMARY_FIELDS, summarize
-from spark_etl.decode import DECODED_FIELDS, decode_batches, decode_columns, decode_msg
+from mqstore.openwire.columnar import IDENTITY_FIELDS, SUMMARY_FIELDS, summarize
+from spark_etl.decode import (
+    DECODED_FIELDS,
+    decode_batches,
+    decode_columns,
+    decode_identity,
+    decode_msg,
+)
 from tests.unit.openwire.fixture_data import available, rows
 from tests.unit.openwire.strategies import messages
 
@@ -98,7 +104,7 @@ def _check(frames: list[bytes | None]) -> int:
 
     def slow(data: bytes) -> dict[str, Any]:
         declined.append(data)
-        return decode_msg(data)
+        return decode_msg(data) | dict(zip(IDENTITY_FIELDS, decode_identity(data), strict=True))
 
     got = _rows_of(summarize(frames, slow))
     wanted = [decode_msg(frame) for frame in frames]

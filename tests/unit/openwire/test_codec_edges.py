@@ -19,7 +19,7 @@ from mqstore.openwire import (
     map_message,
     text_message,
 )
-from mqstore.openwire.columnar import SUMMARY_FIELDS, summarize
+from mqstore.openwire.columnar import IDENTITY_FIELDS, SUMMARY_FIELDS, summarize
 
 IDS = {"destination": "queue://Q", "producer_id": "ID:h-1-1-1:1:1", "sequence": 1, "timestamp": 1}
 
@@ -35,7 +35,7 @@ def test_summary_declines_a_blob_frame_without_its_blob_fields() -> None:
 
     def slow(data: bytes) -> dict[str, Any]:
         declined.append(data)
-        return dict.fromkeys(SUMMARY_FIELDS) | {"decode_error": "refused"}
+        return dict.fromkeys(SUMMARY_FIELDS + IDENTITY_FIELDS) | {"decode_error": "refused"}
 
     cols = summarize([bytes(frame)], slow)
     assert declined == [bytes(frame)]
