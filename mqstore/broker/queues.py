@@ -28,7 +28,6 @@ import asyncio
 import heapq
 import logging
 import time
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -79,19 +78,6 @@ class NonPersistentMemory:
         return self.used >= self.limit
 
 
-_NON_PERSISTENT: weakref.WeakKeyDictionary[Broker, NonPersistentMemory] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def non_persistent_memory(broker: Broker) -> NonPersistentMemory:
-    """The :class:`NonPersistentMemory` of ``broker`` (one for all its queues)."""
-    memory = _NON_PERSISTENT.get(broker)
-    if memory is None:
-        memory = _NON_PERSISTENT[broker] = NonPersistentMemory(broker.config.memory_limit)
-    return memory
-
-
 class Queue:
     """One queue destination (``queue://NAME``)."""
 
@@ -124,7 +110,7 @@ class Queue:
         self.volatile_bytes = 0
         #: past ``queue_high_water``, not yet below ``queue_low_water``
         self._over_high_water = False
-        self.all_volatile = non_persistent_memory(broker)
+        self.all_volatile = broker.non_persistent
         self.gate = ProducerGate()
         self._warned_at = float("-inf")
 

@@ -33,7 +33,7 @@ from mqstore.broker.messages import BrokerMessage, UnrenderableError, stomp_name
 from mqstore.broker.metrics import BrokerMetrics
 from mqstore.broker.paging import MemoryBudget
 from mqstore.broker.protocol import Connection, ProtocolError
-from mqstore.broker.queues import Queue
+from mqstore.broker.queues import NonPersistentMemory, Queue
 from mqstore.broker.subscriptions import Consumer, Dispatcher
 from mqstore.broker.topics import Topic
 from mqstore.broker.writer import Done, Op, StoreWriter
@@ -62,6 +62,8 @@ class Broker(Listener, DeadLetters, Maintenance):
         self.usage = StoreUsage(self.config.store_usage_limit)
         #: the bytes all memory windows hold together (queues and durable subscriptions)
         self.memory = MemoryBudget(self.config.memory_limit)
+        #: the bytes of all queues' non-persistent messages (only memory holds them)
+        self.non_persistent = NonPersistentMemory(self.config.memory_limit)
         self.metrics = BrokerMetrics(self)
         self._writer: StoreWriter | None = None
         self._tasks: list[asyncio.Task[Any]] = []
