@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from mqstore.db import create_engine
+from mqstore.lease_time import decode_lease_time
 from mqstore.lock import LeaseLocker
 from mqstore.schema import build_schema
 from tests.broker.harness import connect, drain, wait_until
@@ -206,8 +207,10 @@ def test_a_journaled_broker_killed_in_an_outage_restarts_under_its_own_name(
         private_pg.server.stop("fast")
         server.kill()
         private_pg.server.start()
-        [(holder, expiry)] = private_pg.query("SELECT broker_name, time FROM activemq_lock")
-        assert holder == "jb" and isinstance(expiry, int)
+        [(holder, stored)] = private_pg.query("SELECT broker_name, time FROM activemq_lock")
+        assert holder == "jb" and isinstance(stored, int)
+        expiry, journaled = decode_lease_time(stored)
+        assert journaled and expiry is not None  # kept for its journal: no standby takes it
         again.start(wait=False)
         again.wait_serving(timeout=40)  # not "held by jb ... Stop the other broker"
         assert time.time() * 1000 >= expiry, "took a lease its old run may still hold"
@@ -234,7 +237,10 @@ def test_a_journaled_broker_killed_restarts_at_once_under_its_own_name(
         time.sleep(2.5)  # renewed on a server that stayed up
         server.kill()
         with engine.connect() as c:
-            expiry = c.execute(sa.text("SELECT time FROM activemq_lock")).scalar_one()
+            expiry = decode_lease_time(
+                c.execute(sa.text("SELECT time FROM activemq_lock")).scalar_one()
+            )[0]
+        assert expiry is not None
         again.start(wait=False)
         again.wait_serving(timeout=15)
         assert time.time() * 1000 < expiry - 15_000, "waited for its own dead lease"
