@@ -6,24 +6,40 @@ index would refuse it there. A removal is claimed by exactly one write, and only
 hits a message that is stored (pending or visible in the database). Reservations and
 claims last until the write that made them is applied (:meth:`Admission.release`); only
 then do its sequences count as seen.
+
+Whether a removal hits a database row is asked of the database once per write for all its
+removals -- except for rows the store knows are there: rows of queues its reads found in the
+database (:meth:`Admission.seen_in_database`). A consumer removes what it read, so a drain
+of checkpointed messages asks the database nothing more than its reads did. Only this store
+writes the rows of queues, and they leave the database only by its checkpoints (which drop
+what they deleted from that knowledge, :meth:`Admission.applied_locked`) or by XA work
+(after which it starts over): a remembered row not removed by the window is still visible.
+Topic rows are never remembered, as ``cleanup`` deletes them past the window. Reads do not
+hold writers off: the rows of a read count only if no checkpoint was applied since it began
+(``generation``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from journal.merge import DatabaseView
 from journal.state import PendingState
 from journal.support import WouldBlock
 from mqstore.errors import DuplicateMessageError
-from mqstore.store.model import NewMessage, Outcome, Removal
+from mqstore.store.model import NewMessage, Outcome, Removal, StoredMessage
 
 Key = tuple[str, str, int]  # (container, MSGID_PROD, MSGID_SEQ)
 Claims = dict[tuple[str, Outcome], list[int]]
 
+_TOPICS = "topic://"
+
 #: Producers whose highest sequence is remembered; past it the memory starts over.
 MAX_CEILINGS = 100_000
+#: Database rows remembered as visible; past it the memory starts over (a miss only costs
+#: the removal's write one query).
+MAX_KNOWN = 1_000_000
 
 
 class Admission:
@@ -39,6 +55,8 @@ class Admission:
         self._ceiling: dict[tuple[str, str], int] = {}  # highest MSGID_SEQ seen per producer
         self._fresh: tuple[str, ...] = ()  # MSGID_PROD prefixes minted by our caller
         self._claimed: set[int] = set()
+        self._known: dict[int, str] = {}  # ID -> container of queue rows read in the database
+        self._generation = 0  # raised whenever rows may have left the database
 
     def new_producers(self, prefix: str) -> None:
         """Producer ids starting with ``prefix`` have stored nothing before: their first
@@ -110,17 +128,54 @@ class Admission:
         with self._lock:
             return [k for k in keys if k[2] <= self._ceiling.get((k[0], k[1]), 2**63 - 1)]
 
+    # ------------------------------------------------------------------ known rows
+    def generation(self) -> int:
+        """Taken before a database read whose rows go to :meth:`seen_in_database`."""
+        with self._lock:
+            return self._generation
+
+    def seen_in_database(self, rows: Iterable[StoredMessage], generation: int) -> None:
+        """A read found these rows in the database (visible, outside XA transactions);
+        remembered unless rows may have left it since the read began (``generation``)."""
+        with self._lock:
+            if generation != self._generation:
+                return
+            found = {m.id: m.container for m in rows if not m.container.startswith(_TOPICS)}
+            if len(self._known) + len(found) > MAX_KNOWN:
+                self._known.clear()
+            self._known.update(found)
+
+    def applied_locked(self, removed: Iterable[int], purged: Iterable[str]) -> None:
+        """A checkpoint deleted these rows (and purged these containers); the lock is held."""
+        for i in removed:
+            self._known.pop(i, None)
+        gone = set(purged)
+        if gone:
+            self._known = {i: c for i, c in self._known.items() if c not in gone}
+        self._generation += 1
+
+    def forget_locked(self) -> None:
+        """Rows may have left the database in ways not told apart: remember none (the lock
+        is held)."""
+        self._known.clear()
+        self._generation += 1
+
     def claim(self, removes: Sequence[Removal], *, wait: bool = True) -> Claims:
         """Decide which removals hit a stored message; claim those IDs, by outcome.
 
-        ``wait=False`` raises :class:`WouldBlock` where the database would have to be asked.
+        One query for the removals of database rows the store does not know, none if it
+        knows them all (a writer holds the writers' gate: no checkpoint is applied before it
+        decides). ``wait=False`` raises :class:`WouldBlock` where the database would have to
+        be asked.
         """
         with self._lock:
             state = self._state()
             unknown = [
                 r.id
                 for r in removes
-                if r.id not in state.adds and not state.hides(r.id, r.container)
+                if r.id not in state.adds
+                and not state.hides(r.id, r.container)
+                and self._known.get(r.id) != r.container
             ]
         if unknown and not wait:
             raise WouldBlock
@@ -133,7 +188,8 @@ class Admission:
                 stored = (
                     msg.container == r.container
                     if msg is not None
-                    else in_db.get(r.id) == r.container and not state.hides(r.id, r.container)
+                    else not state.hides(r.id, r.container)
+                    and r.container in (in_db.get(r.id), self._known.get(r.id))
                 )
                 if stored and r.id not in self._claimed:
                     self._claimed.add(r.id)

@@ -9,6 +9,7 @@ import logging
 import threading
 from pathlib import Path
 
+from journal.admission import Admission
 from journal.checkpoint import CheckpointResult, position_after_failure
 from journal.errors import JournalError
 from journal.format import Position
@@ -33,6 +34,7 @@ class Checkpoints(MergedReads):
     _journal: Journal | None
     _gate: WriterGate
     _space: threading.Condition
+    _admission: Admission
     _checkpointing: threading.Lock
     _unsure: bool
     _last_position: Position
@@ -83,6 +85,7 @@ class Checkpoints(MergedReads):
                 with self._space:
                     self._tail = None
                     self._state = rebuilt
+                    self._admission.applied_locked(window.removed, window.purged)
                     self._space.notify_all()
                 self._last_position = position
         if self._journal is not None and not self._journal.failed:
@@ -135,6 +138,7 @@ class Checkpoints(MergedReads):
                     state.apply(ops)
             with self._space:
                 self._state = state
+                self._admission.forget_locked()  # what the lost commit deleted is not told
                 self._space.notify_all()
             self._last_position = stored
             log.warning(
@@ -145,9 +149,11 @@ class Checkpoints(MergedReads):
         self._unsure = False
 
     def _checkpoint_state(self, position: Position) -> CheckpointResult:
-        result = self._apply(self._state, position)
+        window = self._state
+        result = self._apply(window, position)
         self._last_position = position
         with self._space:
             self._state = self._new_state()
+            self._admission.applied_locked(window.removed, window.purged)
             self._space.notify_all()
         return result

@@ -74,6 +74,8 @@ class Lifecycle(Checkpoints):
                 sync_policy=self.sync_policy,
             )
             self._refuse_if_another_was_left_running()
+            with self._lock:  # the database may have changed while the store was stopped
+                self._admission.forget_locked()
             self._replay()
             with self.pg.transaction() as conn:
                 start = self._journal.start_position

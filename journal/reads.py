@@ -15,6 +15,7 @@ from functools import lru_cache
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import TextClause
 
+from journal.admission import Admission
 from journal.merge import DatabaseView, merge_rows, subscription_floors
 from journal.state import PendingState
 from journal.writer import Journal
@@ -57,6 +58,7 @@ class MergedReads:
 
     pg: PostgresStore
     db: DatabaseView
+    _admission: Admission
     _lock: threading.Lock
     _state: PendingState
     _inflight: dict[int, int]
@@ -91,11 +93,14 @@ class MergedReads:
         self, container: str, after: Cursor | None, limit: int, max_bytes: int | None = None
     ) -> list[StoredMessage]:
         cursor = after or FIRST
+        generation = self._admission.generation()
         bound, mem, excl, purged, upd = self._snapshot(container, cursor, limit)
         if purged:
             return merge_rows([], mem, limit, upd, max_bytes)
         slack = self._slack(max_bytes, upd)
         db = self.db.page(container, cursor, limit, bound, excl, _plus(max_bytes, slack))
+        # A consumer removes what it read: its removals need not ask the database again.
+        self._admission.seen_in_database(db, generation)
         return merge_rows(db, mem, limit, upd, max_bytes, slack)
 
     def _slack(self, max_bytes: int | None, updates: dict[int, bytes]) -> int:

@@ -336,7 +336,11 @@ class JournaledStore(Lifecycle, JournaledWrites):
         self._check_open()
         with self._checkpointing, self._gate.exclusive():
             self._checkpoint_locked()
-            return fn()
+            try:
+                return fn()
+            finally:
+                with self._lock:  # it may have taken rows out of the database, or hidden them
+                    self._admission.forget_locked()
 
     def xa_prepare(self, xid: Xid, batch: Batch) -> list[int]:
         check_batch(batch, self.pg.max_message_bytes)
@@ -404,6 +408,7 @@ class JournaledStore(Lifecycle, JournaledWrites):
         remove: bool = True,
         max_bytes: int | None = EXPIRE_MAX_BYTES,
     ) -> list[StoredMessage]:
+        generation = self._admission.generation()
         with self._lock:
             state = self._state
             mem = [m for m in state.adds.values() if 0 < m.expiration < now_ms]
@@ -413,6 +418,7 @@ class JournaledStore(Lifecycle, JournaledWrites):
             # database rows carry the bodies the window rewrote, as reads do
             updates = {i: body for i, (_c, body) in state.updates.items()}
         db, cut = self._expired_in_database(now_ms, limit, removed, purged, max_bytes, updates)
+        self._admission.seen_in_database(db, generation)
         db = [replace(m, msg=updates[m.id]) if m.id in updates else m for m in db]
         rows = sorted(mem + db, key=lambda m: (m.expiration, m.id))
         if cut and db:  # a database row left out may sort before a later memory add
