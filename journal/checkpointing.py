@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 from journal.admission import Admission
@@ -40,6 +41,10 @@ class Checkpoints(MergedReads):
     _last_position: Position
     _applied_end: Position
     _tail: list[tuple[int, list[Op]]] | None
+    #: Checkpoints that raised (counted under ``_lock``), and when the last one succeeded
+    #: (seconds since the epoch; 0: none yet), read without a lock by checkpoint_figures.
+    _ckpt_failures: int
+    _ckpt_succeeded_at: float
 
     def _new_state(self) -> PendingState:
         return PendingState(keep_history=self.pg.history, keep_bodies=self.pg.history_bodies)
@@ -53,8 +58,20 @@ class Checkpoints(MergedReads):
 
         Writers are held only while the window is copied and while it is rebuilt after the
         commit, never during the database work: a slow or stalled database holds back
-        writers only once the pending window is full.
+        writers only once the pending window is full. One that raises is counted as failed;
+        one that applied the window, or found it empty, as succeeded.
         """
+        try:
+            return self._checkpoint()
+        except Exception:
+            self._checkpoint_failed()
+            raise
+
+    def _checkpoint_failed(self) -> None:
+        with self._lock:
+            self._ckpt_failures += 1
+
+    def _checkpoint(self) -> CheckpointResult | None:
         with self._checkpointing:
             if self._unsure:
                 # Only checkpoints write it; the failed one may still be committing.
@@ -63,6 +80,7 @@ class Checkpoints(MergedReads):
                     self._resync_window(stored)
             with self._gate.exclusive():
                 if self._state.empty:
+                    self._ckpt_succeeded_at = time.time()  # the database holds it all
                     return None
                 position = self._window_end()
                 window = self._state.copy()
@@ -88,6 +106,7 @@ class Checkpoints(MergedReads):
                     self._admission.applied_locked(window.removed, window.purged)
                     self._space.notify_all()
                 self._last_position = position
+            self._ckpt_succeeded_at = time.time()
         if self._journal is not None and not self._journal.failed:
             self._journal.release(position, self._archive())
         return result
@@ -112,16 +131,23 @@ class Checkpoints(MergedReads):
 
     def _checkpoint_locked(self) -> CheckpointResult | None:
         """Checkpoint with writers held off throughout (XA work and cleanup need that)."""
-        if self._unsure:
-            self._resync_window(position_after_failure(self.pg, self.journal_id))
-        if self._state.empty:
-            return None
-        position = self._window_end()
         try:
-            return self._checkpoint_state(position)
-        except BaseException:
-            self._unsure = True  # it may have failed after its commit (a lost reply)
+            if self._unsure:
+                self._resync_window(position_after_failure(self.pg, self.journal_id))
+            if self._state.empty:
+                self._ckpt_succeeded_at = time.time()
+                return None
+            position = self._window_end()
+            try:
+                result = self._checkpoint_state(position)
+            except BaseException:
+                self._unsure = True  # it may have failed after its commit (a lost reply)
+                raise
+        except Exception:
+            self._checkpoint_failed()
             raise
+        self._ckpt_succeeded_at = time.time()
+        return result
 
     def _resync_window(self, stored: Position | None) -> None:
         """After a failed checkpoint: if the database holds a later position (``stored``)

@@ -158,6 +158,8 @@ class JournaledStore(Lifecycle, JournaledWrites):
         #: Checkpoints applied and their milliseconds added up, replaced together (one read
         #: sees a count and a sum that agree).
         self._ckpt_total: tuple[int, float] = (0, 0.0)
+        self._ckpt_failures = 0
+        self._ckpt_succeeded_at = 0.0
         self._last_position = self._applied_end = Position(0, 0)
         self.db = DatabaseView(pg)
         self._admission = Admission(self.db, self._lock, lambda: self._state)
@@ -198,21 +200,27 @@ class JournaledStore(Lifecycle, JournaledWrites):
         """Figures of checkpoints and the journal for monitoring, read without waiting for a
         checkpoint, a journal sync or the database: checkpoints applied (``checkpoints``)
         and their milliseconds added up (``checkpoint_ms``), the last one's
-        (``last_checkpoint_ms``); the bytes the pending window holds for the next checkpoint
-        (``pending_bytes``; writers wait at ``max_pending_bytes``); the journal's
-        ``segments`` and ``journal_bytes`` on disk, and ``journal_failed`` (1: every write
-        is refused until a restart).
+        (``last_checkpoint_ms``); checkpoints that failed (``checkpoint_failures``) and when
+        one last succeeded, applying the window or finding it empty
+        (``last_checkpoint_success``, seconds since the epoch; 0: none yet); the bytes the
+        pending window holds for the next checkpoint (``pending_bytes``; writers wait at
+        ``max_pending_bytes``); the journal's ``segments`` and ``journal_bytes`` on disk,
+        and ``journal_failed`` (1: every write is refused until a restart).
         """
         count, millis = self._ckpt_total
         recent = self._ckpt_ms
+        succeeded_at = self._ckpt_succeeded_at
         with self._lock:
             pending = self._state.pending_bytes
+            failures = self._ckpt_failures
         journal = self._journal
         jstats = journal.stats() if journal is not None else None
         return {
             "checkpoints": float(count),
             "checkpoint_ms": millis,
             "last_checkpoint_ms": recent[-1] if recent else 0.0,
+            "checkpoint_failures": float(failures),
+            "last_checkpoint_success": succeeded_at,
             "pending_bytes": float(pending),
             "max_pending_bytes": float(self.max_pending_bytes),
             "segments": float(jstats.segments if jstats is not None else 0),

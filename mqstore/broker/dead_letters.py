@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 #: destinations with their own DLQ audit).
 _MAX_WARNED = 10_000
 
+#: The outcomes of moves, counted from 0 (a scrape shows each before its first move).
+_COUNTED = (Outcome.DEAD_LETTERED.value, Outcome.EXPIRED.value)
+
 
 class DeadLetters:
     """Moves of messages to their dead-letter queue; the state lives in the broker."""
@@ -40,6 +43,8 @@ class DeadLetters:
     _moving: dict[int, int]
     #: destinations told of (logged) whose individual DLQ's name is too long to store
     _dlq_name_warned: set[str]
+    #: messages taken as dead letters, by outcome (replaced whole: another thread reads it)
+    _dead_letters: dict[str, int]
 
     if TYPE_CHECKING:  # provided by the broker
 
@@ -53,6 +58,15 @@ class DeadLetters:
         self._dlq_audit = DeadLetterAudit()
         self._moving = {}
         self._dlq_name_warned = set()
+        self._dead_letters = dict.fromkeys(_COUNTED, 0)
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """Messages taken from their queue or subscription as dead letters since the start,
+        by outcome: ``dead-lettered`` (NACKed, redelivered too often, a body that cannot be
+        rendered) and ``expired``; each once its move is stored, whether or not a copy was
+        added to a DLQ (non-persistent ones, the DLQ's own, a copy the DLQ audit holds).
+        Safe to call from any thread."""
+        return dict(self._dead_letters)
 
     def dead_letter(
         self,
@@ -73,6 +87,7 @@ class DeadLetters:
         op, finish = dest.settle_work(msgs, outcome)
         move = _Move(op, finish, asyncio.get_running_loop().create_future(), dest, msgs)
         move.delivered = delivered
+        move.outcome = outcome
         move.ids = [m.store_id for m in msgs if m.store_id is not None]
         self._hold(move.ids)
         for m in msgs:
@@ -136,6 +151,11 @@ class DeadLetters:
                 self.usage.add(copy.size)
                 self.route(copy)
             move.finish()
+            counts = self._dead_letters
+            self._dead_letters = {
+                **counts,
+                move.outcome.value: counts.get(move.outcome.value, 0) + len(move.msgs),
+            }
             if not move.result.done():
                 move.result.set_result(ids)
 
@@ -193,6 +213,7 @@ class _Move:
     keys: list[tuple[str, str, int]] = field(default_factory=list)  # audit entries it holds
     ids: list[int] = field(default_factory=list)  # store IDs of the messages it consumes
     delivered: bool = False  # the messages were sent to a consumer (a NACK moves them)
+    outcome: Outcome = Outcome.DEAD_LETTERED  # recorded for the messages it consumes
 
 
 def _fail(fut: asyncio.Future[list[int]], exc: BaseException) -> None:

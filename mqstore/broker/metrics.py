@@ -68,6 +68,7 @@ class _BrokerCollector(Collector):
         turned_away.add_metric([], snap.get("refused_connections", 0))
         yield from (kinds, backlog, usage, usage_limit, refused, conns, turned_away)
         yield from self._memory_and_writer(snap)
+        yield self._dead_letters()
         yield from self._journal()
 
     def _per_destination(self, snap: dict[str, Any]) -> Iterator[Any]:
@@ -124,6 +125,18 @@ class _BrokerCollector(Collector):
         batches.add_metric([], writer.get("batches", 0) + writer.get("inline_batches", 0))
         yield from (used, limit, backlog, ops, batches)
 
+    def _dead_letters(self) -> CounterMetricFamily:
+        """Messages taken as dead letters, broker-wide, by outcome."""
+        moves = CounterMetricFamily(
+            "mqstore_dead_letters",
+            "Messages taken from a queue or subscription as dead letters, by outcome "
+            "(dead-lettered: NACKed, redelivered too often or an undecodable body; expired)",
+            labels=["outcome"],
+        )
+        for outcome, count in sorted(self.broker.dead_letter_counts().items()):
+            moves.add_metric([outcome], count)
+        return moves
+
     def _journal(self) -> Iterator[Any]:
         """The local journal and its checkpoints (a broker on a journaled store only)."""
         figures = getattr(self.broker.store, "checkpoint_figures", None)
@@ -139,6 +152,17 @@ class _BrokerCollector(Collector):
             "mqstore_journal_last_checkpoint_duration_seconds", "How long the last checkpoint took"
         )
         last.add_metric([], f["last_checkpoint_ms"] / 1000)
+        failures = CounterMetricFamily(
+            "mqstore_journal_checkpoint_failures",
+            "Checkpoints that failed (the database away, the lock lost, an error); each is retried",
+        )
+        failures.add_metric([], f["checkpoint_failures"])
+        succeeded = GaugeMetricFamily(
+            "mqstore_journal_last_checkpoint_success_timestamp_seconds",
+            "When a checkpoint last succeeded, applying the window or finding it empty "
+            "(seconds since the epoch; 0: none yet)",
+        )
+        succeeded.add_metric([], f["last_checkpoint_success"])
         pending = GaugeMetricFamily(
             "mqstore_journal_pending_bytes",
             "Bytes journaled and not yet checkpointed to the database (the pending window)",
@@ -158,7 +182,8 @@ class _BrokerCollector(Collector):
             "1 once a journal write or sync failed: every write is refused until a restart",
         )
         failed.add_metric([], f["journal_failed"])
-        yield from (checkpoints, last, pending, pending_limit, size, segments, failed)
+        yield from (checkpoints, last, failures, succeeded)
+        yield from (pending, pending_limit, size, segments, failed)
 
     @staticmethod
     def _topic_flow(snap: dict[str, Any]) -> Iterator[Any]:

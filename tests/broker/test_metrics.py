@@ -1,10 +1,12 @@
 """What ``/metrics`` shows an operator of a running broker: the store writer's queue, the
-memory windows against their limit, the journal and its checkpoints, and per-destination
-series that can be left out."""
+memory windows against their limit, the journal and its checkpoints (those that failed, and
+when one last succeeded), dead letters by outcome, and per-destination series that can be
+left out."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.request import urlopen
@@ -14,9 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
 from mqstore.broker.memory_store import MemoryStore
+from mqstore.errors import DatabaseUnavailableError
 from mqstore.store.postgres import PostgresStore
 from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread, HeldCommit, connect, wait_until
+from tests.conftest import Databases, database_away
 
 P = {"persistent": "true"}
 SERVED = dataclasses.replace(FAST, metrics_port=0, cleanup_interval=0)
@@ -95,6 +99,44 @@ def test_metrics_count_each_checkpoint_and_show_what_waits_for_the_next(
         bt.close()
 
 
+def test_metrics_count_failed_checkpoints_and_tell_when_one_last_succeeded(
+    journaled: object, engine: Engine, databases: Databases
+) -> None:
+    from journal.store import JournaledStore
+
+    assert isinstance(journaled, JournaledStore)
+    failures = "mqstore_journal_checkpoint_failures_total"
+    succeeded = "mqstore_journal_last_checkpoint_success_timestamp_seconds"
+    bt = BrokerThread(journaled, SERVED).start()
+    try:
+        _send(bt.port, "/queue/ckpt", 1)
+        assert journaled.checkpoint() is not None
+        before = _scrape(bt)
+        assert before[(succeeded, ())] > 0
+
+        _send(bt.port, "/queue/ckpt", 1)
+        with database_away(engine, databases), pytest.raises(DatabaseUnavailableError):
+            journaled.checkpoint()
+        failed = _scrape(bt)
+        assert failed[(failures, ())] == before[(failures, ())] + 1
+        assert failed[(succeeded, ())] == before[(succeeded, ())]
+        assert _value(failed, "mqstore_journal_pending_bytes") > 0  # still to be written
+
+        started = time.time()
+        assert journaled.checkpoint() is not None  # the database is back
+        applied = _scrape(bt)
+        assert started <= applied[(succeeded, ())] <= time.time()
+        assert applied[(failures, ())] == failed[(failures, ())]
+
+        started = time.time()
+        assert journaled.checkpoint() is None  # nothing new: the database holds it all
+        idle = _scrape(bt)
+        assert started <= idle[(succeeded, ())] <= time.time()
+        assert idle[(failures, ())] == failed[(failures, ())]
+    finally:
+        bt.close()
+
+
 def test_metrics_show_store_work_queued_behind_a_slow_commit(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,5 +209,41 @@ def test_per_destination_series_are_served_by_default(memory_store: MemoryStore)
         samples = _scrape(bt)
         assert samples[("mqstore_destination_depth", (("destination", "queue://a"),))] == 2
         assert samples[("mqstore_destinations", (("kind", "queue"),))] == 1
+    finally:
+        bt.close()
+
+
+def _dead_letters(bt: BrokerThread) -> tuple[float, float]:
+    """The dead letters ``/metrics`` counts: (dead-lettered, expired)."""
+    samples = _scrape(bt)
+    return (
+        samples[("mqstore_dead_letters_total", (("outcome", "dead-lettered"),))],
+        samples[("mqstore_dead_letters_total", (("outcome", "expired"),))],
+    )
+
+
+def test_metrics_count_dead_letters_by_outcome_without_per_destination_series(
+    memory_store: MemoryStore,
+) -> None:
+    cfg = dataclasses.replace(SERVED, metrics_per_destination=False)
+    bt = BrokerThread(memory_store, cfg).start()
+    try:
+        assert _dead_letters(bt) == (0, 0)
+        conn, col = connect(bt.port)
+        conn.subscribe("/queue/poison", id="1", ack="client-individual", receipt="sub")
+        assert col.wait(lambda: "sub" in col.receipts)
+        _send(bt.port, "/queue/poison", 1)
+        conn.nack(col.wait_messages(1)[-1].headers["ack"], receipt="nack")
+        assert col.wait(lambda: "nack" in col.receipts)
+        assert wait_until(lambda: _dead_letters(bt) == (1, 0))
+        conn.disconnect()
+
+        prod, prod_col = connect(bt.port)
+        gone = str(int(time.time() * 1000) - 1000)  # expired already: the next sweep takes it
+        prod.send("/queue/stale", "old", headers={**P, "expires": gone}, receipt="sent")
+        assert prod_col.wait(lambda: "sent" in prod_col.receipts)
+        prod.disconnect()
+        assert wait_until(lambda: _dead_letters(bt) == (1, 1))
+        assert memory_store.count("queue://ActiveMQ.DLQ") == 2
     finally:
         bt.close()
