@@ -3,8 +3,10 @@
 The DSN comes from (in order) a connection handed in by the caller
 (``config.attributes["connection"]``, Alembic's shared-connection recipe), ``-x dsn=...``,
 ``MQSTORE_DSN``, or ``sqlalchemy.url``. The table prefix from ``config.attributes``,
-``-x prefix=...`` or ``MQSTORE_TABLE_PREFIX``. ``alembic downgrade`` refuses while a broker
-holds the lock row or the master lease; ``-x force=true`` goes ahead under a lease whose
+``-x prefix=...`` or ``MQSTORE_TABLE_PREFIX``. ``alembic stamp`` refuses tables mqstore
+never migrated (``mqstore db adopt`` takes ActiveMQ's over); ``alembic stamp base`` undoes a
+stamp. ``alembic downgrade`` refuses while a broker holds the lock row or the master lease;
+``-x force=true`` goes ahead under a lease whose
 holder is gone (as ``mqstore db downgrade --force``: no guard session of it connected, and
 no renewal while watched for ``-x renew_ms=`` or ``MQSTORE_RENEW_MS``, default 5000, plus a
 second), never under a held row lock. Each prefix has its own version table
@@ -106,6 +108,27 @@ def _refuse_downgrade(connection: Connection, prefix: str) -> None:
         print(said, file=sys.stderr)
 
 
+def _refuse_stamp(connection: Connection, prefix: str) -> None:
+    """``alembic stamp`` records a revision and changes no table: on tables mqstore never
+    migrated (ActiveMQ's, not adopted yet) it would mark them as at that revision while
+    they lack what its migrations make, and ``mqstore db adopt`` would then refuse them as
+    managed already; on mqstore's own tables whose revision was lost, ``mqstore db adopt``
+    finds the one they match. Stamping ``base`` (which undoes a stamp) always goes ahead."""
+    from mqstore.errors import SchemaError
+    from mqstore.migrate import refuse_unmanaged_tables
+
+    targets = getattr(config.cmd_opts, "revisions", None) or []
+    if all(str(target) == "base" for target in targets):
+        return
+    try:
+        refuse_unmanaged_tables(connection, prefix)
+    except SchemaError as exc:
+        raise SchemaError(
+            f"alembic stamp records a revision and changes no table, so these tables would "
+            f"look migrated without being so: {exc}"
+        ) from None
+
+
 def _note_new_prefix(connection: Connection, prefix: str, beside: list[str]) -> None:
     """After ``alembic upgrade`` made a first set of tables for ``prefix`` beside other
     prefixes' tables (a forgotten ``-x prefix=``), say so on stderr."""
@@ -124,6 +147,7 @@ def _run(connection: Connection, *, from_cli: bool) -> None:
     checks: dict[str, Callable[[Connection, str], None]] = {
         "upgrade": refuse_unmanaged_tables,
         "downgrade": _refuse_downgrade,
+        "stamp": _refuse_stamp,
     }
     _configure(connection=connection)
     with context.begin_transaction():
@@ -160,13 +184,27 @@ def _exit_if_refused(exc: DBAPIError) -> None:
         sys.exit(message)
 
 
+def _connect_args(url: str) -> dict[str, object]:
+    """mqstore's libpq settings for a run on its own engine: the network timeouts that end
+    a connect to a server that never answers (and notice one gone later), and the
+    ``application_name`` its sessions show, each unless the DSN (or PGAPPNAME) sets it."""
+    from mqstore.db import APPLICATION_NAME, NETWORK_TIMEOUTS, parse_dsn
+
+    query = parse_dsn(url).query
+    args: dict[str, object] = {k: v for k, v in NETWORK_TIMEOUTS.items() if k not in query}
+    if "application_name" not in query and "PGAPPNAME" not in os.environ:
+        args["application_name"] = APPLICATION_NAME
+    return args
+
+
 def run_migrations_online() -> None:
     """Migrate on the caller's connection, or on a fresh engine from the DSN."""
     shared = config.attributes.get("connection")
     if shared is not None:
         _run(shared, from_cli=False)
         return
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    url = _url()
+    engine = create_engine(url, poolclass=pool.NullPool, connect_args=_connect_args(url))
     try:
         connection = engine.connect()
     except DBAPIError as exc:  # no server, no such database, refused credentials: one line

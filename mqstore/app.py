@@ -123,15 +123,19 @@ def _schema_refusal(engine: Engine, prefix: str, exc: sa.exc.DBAPIError) -> Sche
 
 def require_schema(engine: Engine, prefix: str) -> None:
     """Refuse, before anything is written, a database not at this mqstore's revision or
-    lacking a table or column the broker uses (what `mqstore db check` would list first)."""
+    whose tables would refuse the broker's writes: a table or column missing, a column of
+    another type, length or nullability, a CHECK constraint, trigger or rule added (the
+    differences `mqstore db check` lists that make statements fail, each with what to do;
+    :func:`mqstore.drift.write_refusals`). A journaled broker would otherwise acknowledge
+    messages whose checkpoint can never be written."""
     from mqstore import migrate
-    from mqstore.drift import missing_parts
+    from mqstore.drift import write_refusals
 
     with engine.connect() as conn:
         migrate.require_head(conn, prefix)
-        missing = missing_parts(conn, prefix)
-    if missing:
-        raise db.schema_differs("; ".join(missing))
+        refusals = write_refusals(conn, prefix)
+    if refusals:
+        raise db.schema_differs("; ".join(refusals))
 
 
 def check_lock_settings(settings: Settings) -> None:

@@ -76,6 +76,79 @@ def existing_tables(conn: Connection) -> set[str]:
     return set(sa.inspect(conn).get_table_names())
 
 
+#: Where the prefix's tables (and its version table) are, in every schema.
+_WHERE = sa.text(
+    "SELECT c.relname, n.nspname, pg_table_is_visible(c.oid), "
+    "n.nspname IS NOT DISTINCT FROM current_schema(), current_schema(), "
+    "current_setting('search_path') FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relname = ANY(CAST(:names AS text[])) AND c.relkind IN ('r', 'p') ORDER BY 2, 1"
+)
+
+
+def split_schema_error(conn: Connection, prefix: str = "") -> str | None:
+    """What to do when the prefix's tables are not all in one schema as this session sees
+    them, else None: tables it finds through its search_path outside its current schema
+    (where mqstore makes its own, and the version table), as when ActiveMQ's are in
+    ``public`` but the role has a schema of its own name (``"$user"`` comes first in the
+    default search_path); or a version table without ACTIVEMQ_MSGS in another schema while
+    the current one has ACTIVEMQ_MSGS but no version table (those were adopted through
+    another search_path). Either way every command would read one set and write another."""
+    schema = build_schema(prefix)
+    names = [t.name for t in schema.tables] + [schema.version_table]
+    rows = conn.execute(_WHERE, {"names": names}).all()
+    if not rows:
+        return None
+    here, path = rows[0][4], rows[0][5]
+    mine = [name for name, _, _, current, _, _ in rows if current]
+    visible: dict[str, list[str]] = {}
+    for name, where, seen, current, _, _ in rows:
+        if seen and not current:
+            visible.setdefault(where, []).append(name)
+    if visible:
+        where, found = next(iter(visible.items()))
+        also = f", which holds {', '.join(mine)}," if mine else ""
+        fix = (
+            f"move those into schema {where} (ALTER TABLE {here}.NAME SET SCHEMA {where}) "
+            "while no broker runs, then "
+            if mine
+            else ""
+        )
+        return (
+            f"tables {', '.join(found)} are in schema {where}, but this session's current "
+            f"schema (the first of its search_path {path} that exists) is {here}{also}, "
+            "where mqstore makes its own tables: they would be split across two schemas; "
+            f"{fix}give every mqstore command and broker the search_path {where} "
+            f"(options=-csearch_path={where} in the DSN, or ALTER ROLE ... SET search_path)"
+        )
+    if schema.msgs.name not in mine or schema.version_table in mine:
+        return None
+    others = sorted(
+        where
+        for where in {w for n, w, _, c, _, _ in rows if not c and n == schema.version_table}
+        if not any(n == schema.msgs.name and w == where for n, w, _, _, _, _ in rows)
+    )
+    if not others:
+        return None
+    there = others[0]
+    moved = [name for name, where, _, _, _, _ in rows if where == there]
+    return (
+        f"{', '.join(moved)} (mqstore's record and own tables of {schema.msgs.name}) are in "
+        f"schema {there}, while {schema.msgs.name} is in schema {here}: these tables were "
+        f"taken over through another search_path; while no broker runs, move them into "
+        f"schema {here} (ALTER TABLE {there}.NAME SET SCHEMA {here}), then give every "
+        f"mqstore command and broker the search_path {here} (options=-csearch_path={here} "
+        "in the DSN, or ALTER ROLE ... SET search_path)"
+    )
+
+
+def refuse_split_schema(conn: Connection, prefix: str = "") -> None:
+    """Raise :class:`SchemaError` with :func:`split_schema_error`'s words, if any."""
+    said = split_schema_error(conn, prefix)
+    if said is not None:
+        raise SchemaError(f"{said}; nothing was changed")
+
+
 def prefixes_beside(conn: Connection, prefix: str = "") -> list[str]:
     """When ``prefix`` has no table yet in the current schema, the other prefixes (as
     ActiveMQ spells them, upper case) whose ACTIVEMQ_MSGS is there: an upgrade would make
@@ -110,6 +183,7 @@ def upgrade(engine: Engine, prefix: str = "", revision: str = "head") -> None:
     start without it and says to run this)."""
     with database_errors("upgrade"), engine.begin() as conn:
         lock_migrations(conn, prefix)
+        refuse_split_schema(conn, prefix)
         refuse_unmanaged_tables(conn, prefix)
         with _revision_errors(conn, prefix, revision):
             command.upgrade(alembic_config(prefix, conn), revision)
@@ -229,6 +303,9 @@ def refuse_downgrade(
     returned. Otherwise keep the row locked until the downgrade commits, so no broker starts
     or renews meanwhile."""
     if current_revision(conn, prefix) is None:
+        no_schema = no_schema_error(conn)
+        if no_schema is not None:
+            raise SchemaVersionError(f"nothing to downgrade: {no_schema}")
         where = conn.execute(sa.text("SELECT current_schema()")).scalar()
         raise SchemaVersionError(
             f"nothing to downgrade: there is no mqstore schema for prefix {prefix!r} in "
@@ -273,15 +350,38 @@ def newer_schema_error(conn: Connection, prefix: str = "") -> SchemaVersionError
     )
 
 
-def require_head(conn: Connection, prefix: str = "") -> None:
+def no_schema_error(conn: Connection) -> str | None:
+    """When the session's search_path names no schema that exists (``current_schema()`` is
+    NULL: no table can be found or made), what to do; else None."""
+    where, path = conn.execute(
+        sa.text("SELECT current_schema(), current_setting('search_path')")
+    ).one()
+    if where is not None:
+        return None
+    return (
+        f"the session's search_path ({path}) names no schema that exists in this database, "
+        "so no table is found or made: give the schema the tables are in "
+        "(options=-csearch_path=SCHEMA in the DSN; public unless they were made elsewhere)"
+    )
+
+
+def require_head(conn: Connection, prefix: str = "", *, read_only: bool = False) -> None:
     """Raise :class:`SchemaVersionError` unless the database is at this mqstore's head, and
-    :class:`SchemaError` unless the session's role may read and write every table."""
+    :class:`SchemaError` unless the session's role may read and write every table (only
+    read, for ``read_only`` commands: ``db check``, a dry run)."""
+    split = split_schema_error(conn, prefix)
+    if split is not None:
+        raise SchemaError(split)
     current, head = current_revision(conn, prefix), head_revision()
     if current == head:
         tables = build_schema(prefix).tables
-        require_privileges(conn, {table.name: BROKER_PRIVILEGES for table in tables})
+        wanted = ("SELECT",) if read_only else BROKER_PRIVILEGES
+        require_privileges(conn, {table.name: wanted for table in tables})
         return
     if current is None:
+        no_schema = no_schema_error(conn)
+        if no_schema is not None:
+            raise SchemaVersionError(f"database has no mqstore schema: {no_schema}")
         where = conn.execute(sa.text("SELECT current_schema()")).scalar()
         lost = lost_version_error(conn, prefix)
         if lost is not None:
@@ -313,26 +413,40 @@ def require_head(conn: Connection, prefix: str = "") -> None:
 
 
 def check(engine: Engine, prefix: str = "") -> list[str]:
-    """Differences between the database and this mqstore: revision first, then schema drift."""
+    """Differences between the database and this mqstore: revision first, then schema drift.
+    Reads only: a role with SELECT alone may run it."""
     with engine.connect() as conn:
         problems: list[str] = []
         try:
-            require_head(conn, prefix)
+            require_head(conn, prefix, read_only=True)
         except SchemaVersionError as exc:
             problems.append(str(exc))
-        problems.extend(schema_differences(conn, prefix))
+        if no_schema_error(conn) is None:  # else every table is "missing": noise
+            problems.extend(schema_differences(conn, prefix))
         return problems
 
 
 def drift_advice(prefix: str = "", differences: list[str] | None = None) -> str:
-    """What to do about tables that differ from what the head revision declares (listing
-    ``differences`` when given)."""
+    """What to do about tables at the head revision that differ from what it declares
+    (listing ``differences`` when given)."""
     flag = f" --table-prefix {prefix}" if prefix else ""
     listed = f" ({'; '.join(differences)})" if differences else ""
     return (
         f"the tables differ from what revision {head_revision()} declares{listed}, which no "
-        "migration mends: restore what is missing (from a backup, or as ActiveMQ's DDL has "
-        f"it) and drop what was added, then run `mqstore db check{flag}` again"
+        "migration mends: restore what is missing (from a backup, or with the statement a "
+        f"difference names) and drop what was added, then run `mqstore db check{flag}` again"
+    )
+
+
+def behind_advice(prefix: str = "") -> str:
+    """What to do about differences from the head revision listed for a database not at it
+    (behind it, or ActiveMQ's tables not adopted yet): the first line's command mends them."""
+    flag = f" --table-prefix {prefix}" if prefix else ""
+    return (
+        f"the database is not at revision {head_revision()}, so the differences from it are "
+        "listed as well: do what the first line says first (`mqstore db upgrade` or `mqstore "
+        f"db adopt` mends what the migrations make), then run `mqstore db check{flag}` again "
+        "for what is left"
     )
 
 
@@ -370,6 +484,7 @@ __all__ = [
     "BASELINE_REVISION",
     "TableStatus",
     "alembic_config",
+    "behind_advice",
     "check",
     "current_revision",
     "downgrade",
@@ -381,13 +496,16 @@ __all__ = [
     "migrations_dir",
     "new_prefix_note",
     "newer_schema_error",
+    "no_schema_error",
     "own_tables",
     "prefixes_beside",
     "refuse_downgrade",
+    "refuse_split_schema",
     "refuse_unmanaged_tables",
     "require_head",
     "restore_lock_row",
     "schema_differences",
+    "split_schema_error",
     "table_status",
     "upgrade",
 ]

@@ -168,14 +168,20 @@ def db_check(
         settings = settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings, read_only=True) as database:
             problems = migrate.check(database.engine, settings.table_prefix)
-            drift = _drift(database.engine, settings.table_prefix)
+            with database.engine.connect() as conn:
+                current = migrate.current_revision(conn, settings.table_prefix)
+                no_schema = migrate.no_schema_error(conn) is not None
+            drift = [] if no_schema else _drift(database.engine, settings.table_prefix)
         if problems:
             for problem in problems:
                 err_console.print(f"- {problem}", highlight=False, soft_wrap=True)
-            if drift:
-                err_console.print(
-                    migrate.drift_advice(settings.table_prefix), highlight=False, soft_wrap=True
-                )
+            advice = None  # at head no migration mends them; behind, the first line's command
+            if drift and current == migrate.head_revision():
+                advice = migrate.drift_advice(settings.table_prefix)
+            elif drift and (current is None or current in migrate.known_revisions()):
+                advice = migrate.behind_advice(settings.table_prefix)
+            if advice is not None:
+                err_console.print(advice, highlight=False, soft_wrap=True)
             raise typer.Exit(1)
         console.print("schema OK: at head, tables match")
 
@@ -193,6 +199,8 @@ def db_adopt(
 
         settings = settings_to_read(dsn, table_prefix, data_dir)
         with open_database(settings) as database:
+            with database.engine.connect() as conn:  # adopting one part of a split set
+                migrate.refuse_split_schema(conn, settings.table_prefix)
             report = takeover.adopt(database.engine, settings.table_prefix)
         for action in report.actions:
             console.print(f"- {action}", highlight=False)

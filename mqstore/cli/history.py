@@ -60,9 +60,9 @@ def history_trim(
         bound = TrimBound(before_ms=2**63 - 1, upto_hist_id=MAX_HIST_ID)
         if days > 0:
             bound = bound.narrowed(TrimBound.older_than(days))
-        with open_database(settings) as database:
+        with open_database(settings, read_only=dry_run) as database:
             with database.engine.connect() as conn:  # a newer mqstore may mean other rows
-                migrate.require_head(conn, settings.table_prefix)
+                migrate.require_head(conn, settings.table_prefix, read_only=dry_run)
             if exported is not None:  # an export of this very database and prefix only
                 with database.engine.connect() as conn:
                     identity = database_identity(conn)
