@@ -39,6 +39,45 @@ _UNPARSABLE_HOST = (
 )
 
 
+def _hosts_as_parameters(dsn: str) -> str:
+    """libpq's URL naming several hosts (``postgresql://USER@H1:P1,H2:P2/DB``), which
+    SQLAlchemy does not parse, as the URL libpq takes it for: its hosts and ports in
+    ``host=H1,H2&port=P1,P2`` parameters (a host without a port: an empty one, libpq's
+    default). Any other DSN comes back as it is."""
+    scheme, rest = dsn.split("://", 1)
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    user, at, hostspec = authority.partition("@")
+    if not at:
+        user, hostspec = "", authority
+    if "," not in hostspec or "@" in hostspec:
+        return dsn
+    hosts, ports = [], []
+    for entry in hostspec.split(","):
+        if entry.startswith("["):  # an IPv6 address: [::1]:5432
+            host, bracket, port = entry[1:].partition("]")
+            if not bracket or (port and not port.startswith(":")):
+                raise ConfigError(_UNPARSABLE_HOST)
+            port = port[1:]
+        else:
+            host, _, port = entry.partition(":")
+        if not port.isdigit() and port != "":
+            raise ConfigError(_UNPARSABLE_HOST)
+        hosts.append(host)
+        ports.append(port)
+    path, _, query = tail.partition("?")
+    if path.startswith("#"):  # no database, a fragment: leave it where it was
+        path, query = "", tail
+    given = {p.split("=", 1)[0] for p in query.split("#", 1)[0].split("&")}
+    if given & {"host", "hostaddr", "port"}:
+        raise ConfigError(
+            "invalid DSN: it names several hosts both before the database and in its "
+            "host=, hostaddr= or port= parameters: name them in one place"
+        )
+    params = f"host={','.join(hosts)}" + (f"&port={','.join(ports)}" if any(ports) else "")
+    return f"{scheme}://{user}{at}{path}?{params}" + (f"&{query}" if query else "")
+
+
 def parse_dsn(dsn: str) -> URL:
     """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` DSNs, without
     the whitespace around them (a secret file's final newline, a pasted space)."""
@@ -57,6 +96,7 @@ def parse_dsn(dsn: str) -> URL:
         )
     if scheme == "postgres":
         dsn = "postgresql" + dsn[len("postgres") :]
+    dsn = _hosts_as_parameters(dsn)
     try:
         url = make_url(dsn)
         _ = url.port  # a non-number raises (here or in make_url)
@@ -125,7 +165,12 @@ NETWORK_TIMEOUTS: dict[str, int] = {
 APPLICATION_NAME = "mqstore"
 
 
-def create_engine(dsn: str, *, pool_size: int = 8, **kwargs: object) -> Engine:
+#: Connections an engine of :func:`create_engine` keeps open (its pool); it opens as many
+#: more at peaks, so one mqstore process (a broker, or a command) holds up to twice these.
+POOL_SIZE = 8
+
+
+def create_engine(dsn: str, *, pool_size: int = POOL_SIZE, **kwargs: object) -> Engine:
     """An engine on psycopg 3; raises :class:`ConfigError` for a bad DSN.
 
     Its connections never prepare statements on their own (psycopg would after five runs of
@@ -228,8 +273,58 @@ def target(url: URL) -> str:
         or os.environ.get("PGHOSTADDR")
         or "local socket"
     )
-    port = url.port or _query_value(url, "port") or os.environ.get("PGPORT") or 5432
+    port = str(url.port or _query_value(url, "port") or os.environ.get("PGPORT") or 5432)
+    if "," in host:  # several hosts: each with its port (libpq's default for an empty one)
+        ports = port.split(",")
+        return ",".join(
+            f"{h or 'local socket'}:{(ports[i] if i < len(ports) else ports[-1]) or 5432}"
+            if len(ports) > 1
+            else f"{h or 'local socket'}:{port or 5432}"
+            for i, h in enumerate(host.split(","))
+        )
     return f"{host}:{port}"
+
+
+#: SQLSTATE of a connection the server turned away for want of a free slot.
+TOO_MANY_CONNECTIONS = "53300"
+
+
+def _slots_used_up(exc: BaseException, detail: str, url: URL, where: str) -> str | None:
+    """What to do about a connection refused for want of a slot (SQLSTATE 53300): the role's
+    or the database's CONNECTION LIMIT, or the server's max_connections, is reached; libpq
+    gives no SQLSTATE for a refused connection, so its words tell which. None for others."""
+    state = sqlstate(exc) if isinstance(exc, DBAPIError) else ""
+    state = state or str(getattr(exc, "sqlstate", None) or "")
+    peak = (
+        f"each mqstore broker holds up to {2 * POOL_SIZE} connections (a pool of "
+        f"{POOL_SIZE}, as many more at peaks)"
+    )
+    if "too many connections for role" in detail:
+        return (
+            f"PostgreSQL at {where} refused a connection ({detail}): role {url.username!r} "
+            "has used up its CONNECTION LIMIT: wait for its sessions to end, end idle ones "
+            "(pg_stat_activity), or raise it (ALTER ROLE ... CONNECTION LIMIT n); " + peak
+        )
+    if "too many connections for database" in detail:
+        return (
+            f"PostgreSQL at {where} refused a connection ({detail}): database "
+            f"{url.database!r} has used up its CONNECTION LIMIT: wait for its sessions to "
+            "end, end idle ones (pg_stat_activity), or raise it (ALTER DATABASE ... "
+            "CONNECTION LIMIT n); " + peak
+        )
+    if (
+        state == TOO_MANY_CONNECTIONS
+        or "too many clients" in detail
+        or "remaining connection slots are reserved" in detail
+    ):
+        return (
+            f"PostgreSQL at {where} refused a connection ({detail}): the server's "
+            "max_connections is used up (the last superuser_reserved_connections are kept "
+            "for superusers): wait for sessions to end, end idle ones (pg_stat_activity), "
+            "run fewer brokers or clients against it, or raise max_connections (a server "
+            "restart); " + peak
+        )
+    return None
 
 
 def describe_connect_error(exc: BaseException, url: URL) -> str:
@@ -249,6 +344,8 @@ def describe_connect_error(exc: BaseException, url: URL) -> str:
         return f"PostgreSQL at {where} refused user {url.username!r}: check the DSN's credentials"
     if "role" in detail and "does not exist" in detail:
         return f"PostgreSQL at {where} has no role {url.username!r}: fix the DSN's user"
+    if (slots := _slots_used_up(exc, detail, url, where)) is not None:
+        return slots
     if any(sign in detail for sign in _LOST):
         return (
             f"lost the connection to PostgreSQL at {where} ({detail}): the server restarted "

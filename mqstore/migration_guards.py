@@ -176,7 +176,9 @@ def refuse_live_lease(
 
 #: SQLSTATEs a user causes with the DSN (its role, search_path, server), and what to do.
 _DATABASE_FIXES = {
-    "42501": "run it as the owner of the tables, or a role granted CREATE on the schema",
+    "42501": "only the owner of the tables (or a member of the role that owns them) may "
+    "alter or drop them, whatever it is granted: run it as the owner of the tables (the "
+    "DSN's user, or options=-crole=OWNER in the DSN)",
     "3F000": "the DSN's search_path names no existing schema: create the schema or fix "
     "options=-csearch_path=...",
     "25006": "the database is read-only (a standby, or default_transaction_read_only): "
@@ -191,6 +193,14 @@ _DATABASE_FIXES = {
 }
 
 
+#: What to do when the role may not create tables in the schema (SQLSTATE 42501 too).
+_NO_CREATE_ON_SCHEMA = (
+    "the DSN's role may not create tables in that schema: run it as the owner of the tables "
+    "(the role that is to own them, which alone may alter or drop them later), once it has "
+    "CREATE on the schema (GRANT CREATE ON SCHEMA ... TO it, as the schema's owner)"
+)
+
+
 def describe_refusal(exc: sa.exc.DBAPIError, command: str) -> str | None:
     """One line for PostgreSQL's refusal of ``command`` (as the user typed it) when a user
     can fix it (rights, search_path, a standby), else None; its transaction was rolled back."""
@@ -198,6 +208,8 @@ def describe_refusal(exc: sa.exc.DBAPIError, command: str) -> str | None:
     if fix is None:
         return None
     first = str(exc.orig).splitlines()[0]
+    if sqlstate(exc) == "42501" and "permission denied for schema" in first:
+        fix = _NO_CREATE_ON_SCHEMA
     return f"`{command}` was refused by the database ({first}), nothing was changed: {fix}"
 
 

@@ -234,6 +234,14 @@ class Settings(BaseSettings):
                 )
         if not value.strip() or value != value.strip():
             raise ValueError("the dead-letter queue's name is empty or has spaces around it")
+        stored = f"queue://{value}"
+        if len(stored) > NAME_LENGTH:  # no dead letter could be stored: each move would fail
+            raise ValueError(
+                f"the dead-letter queue's name is {len(value)} characters long; stored as "
+                f"queue://NAME it is {len(stored)}, and ActiveMQ's CONTAINER column holds at "
+                f"most {NAME_LENGTH}: give a name of at most {NAME_LENGTH - len('queue://')} "
+                "characters"
+            )
         return value
 
     @field_validator("journal_sync")

@@ -50,6 +50,11 @@ UNSETTLED_RETRY_S = 1.0
 #: Seconds between two warnings about one queue holding back its producers.
 FULL_WARNING_INTERVAL = 30.0
 
+#: Seconds between two lines counting a queue's messages that do not render (a malformed
+#: MSG): the first is logged with what is wrong with it, the others only counted, so that
+#: many of them (a queue of rows written by a broken client) do not flood the log.
+MALFORMED_LOG_INTERVAL = 60.0
+
 #: A browser's store reads: at most this many rows, and no more MSG bytes than this
 #: (the first row always comes), so browsing large messages holds few of them at once.
 BROWSE_ROWS = 500
@@ -113,6 +118,12 @@ class Queue:
         self.all_volatile = broker.non_persistent
         self.gate = ProducerGate()
         self._warned_at = float("-inf")
+        #: Messages that did not render: whether the first was logged, how many came since
+        #: by what became of them, the last one's error, and the line counting them.
+        self._malformed_logged = False
+        self._malformed_unlogged: dict[str, int] = {}
+        self._malformed_last: UnrenderableError | None = None
+        self._malformed_count_due: asyncio.TimerHandle | None = None
 
     def idle(self) -> bool:
         """Nothing to keep: no message (stored, in memory or in flight), consumer, waiting
@@ -342,11 +353,40 @@ class Queue:
     def _unrenderable(self, msg: BrokerMessage, exc: UnrenderableError) -> None:
         """A message with a malformed body goes to the DLQ; on its DLQ it stays stored."""
         if msg.container == self.broker.config.dlq_for(msg.container):
-            log.error("%s: %s; left in the store, not delivered", self.container, exc)
+            self._log_unrenderable(exc, "left in the store, not delivered")
             self._uncount(msg)
             return  # stays tracked: not paged in again before a restart
-        log.error("%s: %s; moved to the DLQ", self.container, exc)
+        self._log_unrenderable(exc, "moved to the DLQ")
         self.broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
+
+    def _log_unrenderable(self, exc: UnrenderableError, fate: str) -> None:
+        """Log the queue's first message that does not render, with what is wrong with it;
+        count the others, in one line at most every :data:`MALFORMED_LOG_INTERVAL`."""
+        if not self._malformed_logged:
+            self._malformed_logged = True
+            log.error(
+                "%s: %s; %s (more such messages of %s are counted in one line a minute)",
+                self.container, exc, fate, self.container,
+            )  # fmt: skip
+            return
+        self._malformed_unlogged[fate] = self._malformed_unlogged.get(fate, 0) + 1
+        self._malformed_last = exc
+        if self._malformed_count_due is None:
+            self._malformed_count_due = asyncio.get_running_loop().call_later(
+                MALFORMED_LOG_INTERVAL, self._log_unrenderable_count
+            )
+
+    def _log_unrenderable_count(self) -> None:
+        self._malformed_count_due = None
+        counts, self._malformed_unlogged = self._malformed_unlogged, {}
+        if counts:
+            log.error(
+                "%s: %s more message(s) that do not render: %s (the last: %s)",
+                self.container,
+                sum(counts.values()),
+                ", ".join(f"{n} {fate}" for fate, n in counts.items()),
+                self._malformed_last,
+            )
 
     def _maybe_page(self) -> None:
         count = self._waiting()

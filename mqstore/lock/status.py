@@ -107,13 +107,8 @@ def read_lock(conn: Connection, schema: StoreSchema) -> LockStatus:
 _PROBE_WAIT_MS = 1000
 
 
-def row_lock_held(conn: Connection, schema: StoreSchema) -> bool | None:
-    """Whether a database session keeps the lock row locked: the master of mqstore's
-    ``--lock row`` or of ActiveMQ's default database locker, which write nothing into the
-    row. Probed by locking it ``FOR SHARE`` (waiting up to a second) in a savepoint rolled
-    back at once: that waits for their ``FOR UPDATE`` and ``FOR NO KEY UPDATE``, not for a
-    lease master's write in flight, whose fence holds the row ``FOR SHARE`` too. None when
-    the session may not lock rows (a read-only role or standby) and so cannot tell."""
+def _probe_row_lock(conn: Connection, schema: StoreSchema) -> bool | DBAPIError:
+    """:func:`row_lock_held`'s probe; the refusal of a session that may not lock rows."""
     row = sa.select(schema.lock.c.id).where(schema.lock.c.id == 1)
     probe = conn.begin_nested()
     try:
@@ -124,11 +119,54 @@ def row_lock_held(conn: Connection, schema: StoreSchema) -> bool | None:
             return True
         if exc.connection_invalidated:
             raise
-        return None
+        return exc
     finally:  # gives back the row lock and the timeout, whatever the caller does next
         if probe.is_active:
             probe.rollback()
     return False
+
+
+def row_lock_held(conn: Connection, schema: StoreSchema) -> bool | None:
+    """Whether a database session keeps the lock row locked: the master of mqstore's
+    ``--lock row`` or of ActiveMQ's default database locker, which write nothing into the
+    row. Probed by locking it ``FOR SHARE`` (waiting up to a second) in a savepoint rolled
+    back at once: that waits for their ``FOR UPDATE`` and ``FOR NO KEY UPDATE``, not for a
+    lease master's write in flight, whose fence holds the row ``FOR SHARE`` too. None when
+    the session may not lock rows (a read-only session or standby, or a role without UPDATE
+    on the table) and so cannot tell (:func:`describe_lock` says which)."""
+    held = _probe_row_lock(conn, schema)
+    return None if isinstance(held, DBAPIError) else held
+
+
+#: SQLSTATE of a write (a row lock is one) in a read-only transaction.
+_READ_ONLY_TRANSACTION = "25006"
+
+
+def _why_unseen(conn: Connection, schema: StoreSchema, refusal: DBAPIError) -> str:
+    """Why a row lock cannot be seen, from the probe's refusal, and what shows it."""
+    name = schema.lock.name
+    if sqlstate(refusal) == _READ_ONLY_TRANSACTION:
+        standby = conn.execute(sa.text("SELECT pg_is_in_recovery()")).scalar_one()
+        where = (
+            "this database is a hot standby, whose sessions are read-only"
+            if standby
+            else "this session is read-only (default_transaction_read_only, set for the "
+            "role, the database or in the DSN's options)"
+        )
+        return (
+            f"a row lock cannot be seen: {where}, and a read-only session may not lock "
+            f"{name}'s row to probe it; run this against the primary, with a read-write "
+            "session, to see one"
+        )
+    if sqlstate(refusal) == "42501":
+        return (
+            f"a row lock cannot be seen: this role may not lock {name}'s row to probe it "
+            f"(locking a row takes UPDATE privilege on {name}): GRANT UPDATE ON {name} to "
+            "it, or use a role that has it, to see one"
+        )
+    lines = str(refusal.orig).strip().splitlines()
+    first = lines[0] if lines else type(refusal.orig).__name__
+    return f"a row lock cannot be seen: the probe of {name}'s row was refused ({first})"
 
 
 def describe_lock(conn: Connection, schema: StoreSchema) -> tuple[LockStatus, str]:
@@ -136,7 +174,8 @@ def describe_lock(conn: Connection, schema: StoreSchema) -> tuple[LockStatus, st
     in an open transaction (a lease it does not record), both (two lock modes on one row),
     or free or expired."""
     status = read_lock(conn, schema)
-    held = row_lock_held(conn, schema)
+    probed = _probe_row_lock(conn, schema)
+    held = None if isinstance(probed, DBAPIError) else probed
     if status.live():
         if held:
             return status, (
@@ -146,5 +185,5 @@ def describe_lock(conn: Connection, schema: StoreSchema) -> tuple[LockStatus, st
         return status, status.describe()
     if held:
         return status, ROW_LOCK_MASTER
-    unseen = " (a row lock cannot be seen: this role may not lock rows)" if held is None else ""
+    unseen = f" ({_why_unseen(conn, schema, probed)})" if isinstance(probed, DBAPIError) else ""
     return status, status.describe() + unseen

@@ -1,0 +1,95 @@
+"""Many stored messages whose MSG does not render (a malformed body) on one queue do not
+flood the log: the first is logged with what is wrong with it, the others are counted in
+one line per queue at most every MALFORMED_LOG_INTERVAL; every one of them still goes to
+the DLQ (or, on its DLQ, stays stored) as before."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from mqstore.broker import BrokerConfig, queues
+from mqstore.openwire import MessageId, ProducerId, decode, encode
+from mqstore.store.model import NewMessage
+from mqstore.store.postgres import PostgresStore
+from tests.broker.conftest import FAST
+from tests.broker.harness import BrokerThread, connect, wait_until
+from tests.unit.openwire import activemq_quirks_data as amq
+
+PRODUCER = ProducerId("ID:amq-1-1700000000000-1:1", 1, 1)
+DLQ = BrokerConfig().dlq_for("queue://Q")
+MALFORMED = 20
+
+
+@pytest.fixture
+def store(engine: Engine) -> Iterator[PostgresStore]:
+    store = PostgresStore(engine, cleanup_interval_s=0)
+    store.start()
+    yield store
+    store.stop()
+
+
+def _store_malformed(store: PostgresStore, container: str) -> None:
+    """``MALFORMED`` texts whose content claims to be compressed but is no zlib stream."""
+    store.add(
+        [
+            NewMessage(
+                container,
+                str(PRODUCER),
+                seq,
+                encode(
+                    decode(amq.STOMP_EMOJI, lazy=True).replace(
+                        message_id=MessageId(None, PRODUCER, seq, seq),
+                        compressed=True,
+                        content=b"not zlib",
+                    )
+                ),
+            )
+            for seq in range(1, MALFORMED + 1)
+        ]
+    )
+
+
+def _counted(lines: list[str], container: str) -> int:
+    pattern = re.compile(rf"^{re.escape(container)}: (\d+) more message\(s\) that do not render")
+    return sum(int(m.group(1)) for line in lines if (m := pattern.match(line)))
+
+
+@pytest.mark.parametrize("where", ["queue", "its DLQ"])
+def test_a_queue_logs_its_first_message_that_does_not_render_and_counts_the_others(
+    store: PostgresStore,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    monkeypatch.setattr(queues, "MALFORMED_LOG_INTERVAL", 0.3)
+    caplog.set_level(logging.ERROR, logger="mqstore.broker.queues")
+    container = "queue://Q" if where == "queue" else DLQ
+    _store_malformed(store, container)
+    broker = BrokerThread(store, FAST).start()
+    try:
+        c, _ = connect(broker.port)
+        c.subscribe("/queue/" + container.removeprefix("queue://"), id="s", ack="client")
+
+        def lines() -> list[str]:
+            return [r.getMessage() for r in caplog.records if r.name == "mqstore.broker.queues"]
+
+        assert wait_until(lambda: _counted(lines(), container) == MALFORMED - 1), lines()
+        if where == "queue":
+            assert wait_until(lambda: store.count(DLQ) == MALFORMED)
+            assert store.count("queue://Q") == 0
+        else:
+            assert store.count(DLQ) == MALFORMED  # left stored, undelivered
+        c.disconnect()
+    finally:
+        broker.close()
+    logged = lines()
+    detailed = [line for line in logged if "malformed body" in line and "more message" not in line]
+    assert len(detailed) == 1, logged
+    fate = "moved to the DLQ" if where == "queue" else "left in the store, not delivered"
+    assert detailed[0].startswith(f"{container}: message ") and fate in detailed[0]
+    assert len(logged) <= 4, logged  # the first, and a line counting the others now and then
