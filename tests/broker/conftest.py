@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from mqstore.broker import BrokerConfig, RedeliveryPolicy
 from mqstore.broker.memory_store import MemoryStore
 from mqstore.store.port import Store
+from mqstore.store.postgres import PostgresStore
 from tests.broker.harness import BrokerThread
 
 FAST = BrokerConfig(
@@ -102,3 +103,20 @@ def pg_broker_one_redelivery(engine: Engine) -> Iterator[BrokerThread]:
     yield broker
     broker.close()
     store.stop()
+
+
+@pytest.fixture
+def pg_store(engine: Engine) -> Iterator[PostgresStore]:
+    """A started PostgreSQL store on a fresh database, its cleanup left to the test."""
+    store = PostgresStore(engine, cleanup_interval_s=0)
+    store.start()
+    yield store
+    store.stop()
+
+
+@pytest.fixture
+def pg_broker(pg_store: PostgresStore) -> Iterator[BrokerThread]:
+    """A broker with the :data:`FAST` settings on :func:`pg_store`."""
+    bt = BrokerThread(pg_store, FAST).start()
+    yield bt
+    bt.close()

@@ -5,7 +5,6 @@ backlog into memory, and once it catches up the whole backlog comes through, in 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 
@@ -16,16 +15,6 @@ from tests.broker.harness import BrokerThread, HeldCommit, connect, wait_until
 P = {"persistent": "true"}
 WINDOW = 20
 BACKLOG = 100
-
-
-@pytest.fixture
-def pg_store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    from mqstore.store.postgres import PostgresStore
-
-    store = PostgresStore(request.getfixturevalue("engine"), cleanup_interval_s=0)
-    store.start()
-    yield store
-    store.stop()
 
 
 def test_an_auto_ack_consumer_gets_no_more_than_the_window_while_removals_wait(

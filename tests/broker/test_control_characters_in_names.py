@@ -7,30 +7,15 @@ logged."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
 
-from mqstore.store.postgres import PostgresStore
-from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread
 from tests.broker.test_protocol import Raw
 from tests.conftest import count_rows
 
 FORGED = "2026-01-01 00:00:00 ERROR forged line"
-
-
-@pytest.fixture
-def bt(engine: Engine) -> Iterator[BrokerThread]:
-    store = PostgresStore(engine, cleanup_interval_s=0)
-    store.start()
-    broker = BrokerThread(store, FAST).start()
-    try:
-        yield broker
-    finally:
-        broker.close()
-        store.stop()
 
 
 FRAMES = {
@@ -63,11 +48,11 @@ FRAMES = {
 
 @pytest.mark.parametrize("case", list(FRAMES))
 def test_a_name_holding_a_control_character_is_refused(
-    bt: BrokerThread, engine: Engine, case: str, caplog: pytest.LogCaptureFixture
+    pg_broker: BrokerThread, engine: Engine, case: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     connect_headers, frame, header, char = FRAMES[case]
     caplog.set_level(logging.DEBUG)
-    raw = Raw(bt.port)
+    raw = Raw(pg_broker.port)
     reply = raw.connect(connect_headers)
     if frame:
         assert reply.startswith(b"CONNECTED\n"), reply
@@ -82,8 +67,8 @@ def test_a_name_holding_a_control_character_is_refused(
     assert not any("\n" + FORGED in r.getMessage() for r in caplog.records)
 
 
-def test_printable_names_are_taken(bt: BrokerThread, engine: Engine) -> None:
-    raw = Raw(bt.port)
+def test_printable_names_are_taken(pg_broker: BrokerThread, engine: Engine) -> None:
+    raw = Raw(pg_broker.port)
     assert raw.connect("client-id:caf\u00e9 1\n").startswith(b"CONNECTED\n")
     raw.send(
         "SEND\ndestination:/queue/caf\u00e9 \\c ok\npersistent:true\nreceipt:r\n\nx\x00".encode()

@@ -7,30 +7,16 @@ CONNECTED, frames (those sent along with CONNECT too) may be as large as ``max_f
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
 
-from mqstore.store.postgres import PostgresStore
 from tests.broker.conftest import FAST
 from tests.broker.harness import BrokerThread
 from tests.broker.test_protocol import Raw
 from tests.conftest import count_rows
 
 BIG = 1 << 20  # a message body far over the limit before CONNECT, well under max_frame_size
-
-
-@pytest.fixture
-def bt(engine: Engine) -> Iterator[BrokerThread]:
-    store = PostgresStore(engine, cleanup_interval_s=0)
-    store.start()
-    broker = BrokerThread(store, FAST).start()
-    try:
-        yield broker
-    finally:
-        broker.close()
-        store.stop()
 
 
 def _send_all(sock: socket.socket, data: bytes) -> None:
@@ -44,12 +30,12 @@ def _send_all(sock: socket.socket, data: bytes) -> None:
 
 @pytest.mark.parametrize("content_length", [False, True])
 def test_a_large_frame_before_connect_is_refused_naming_the_connect_frame_limit(
-    bt: BrokerThread, engine: Engine, content_length: bool
+    pg_broker: BrokerThread, engine: Engine, content_length: bool
 ) -> None:
     """A SEND before CONNECT whose body never ends (no NUL), or whose content-length is
     large, is refused as soon as it passes the limit, well before connect_timeout."""
     assert FAST.limits.max_frame_size > BIG > 64 * 1024
-    raw = Raw(bt.port)
+    raw = Raw(pg_broker.port)
     head = b"SEND\ndestination:/queue/pre\npersistent:true\n"
     if content_length:
         head += b"content-length:%d\n" % BIG
@@ -61,8 +47,8 @@ def test_a_large_frame_before_connect_is_refused_naming_the_connect_frame_limit(
     assert count_rows(engine, "activemq_msgs") == 0
 
 
-def test_a_large_connect_frame_is_refused(bt: BrokerThread) -> None:
-    raw = Raw(bt.port)
+def test_a_large_connect_frame_is_refused(pg_broker: BrokerThread) -> None:
+    raw = Raw(pg_broker.port)
     headers = b"".join(b"h%d:%s\n" % (i, b"v" * 9000) for i in range(10))  # 90 KB
     _send_all(raw.sock, b"CONNECT\naccept-version:1.2\n" + headers + b"\n\x00")
     error = raw.frame()
@@ -72,10 +58,10 @@ def test_a_large_connect_frame_is_refused(bt: BrokerThread) -> None:
 
 @pytest.mark.parametrize("pipelined", [False, True])
 def test_once_connected_a_frame_may_be_as_large_as_the_frame_limit(
-    bt: BrokerThread, engine: Engine, pipelined: bool
+    pg_broker: BrokerThread, engine: Engine, pipelined: bool
 ) -> None:
     """A SEND sent right behind CONNECT (before CONNECTED came back) counts as after it."""
-    raw = Raw(bt.port)
+    raw = Raw(pg_broker.port)
     connect = b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
     send = (
         b"SEND\ndestination:/queue/big\npersistent:true\nreceipt:r1\n"

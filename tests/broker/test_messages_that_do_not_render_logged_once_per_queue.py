@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 
 import pytest
-from sqlalchemy.engine import Engine
 
 from mqstore.broker import BrokerConfig, queues
 from mqstore.openwire import MessageId, ProducerId, decode, encode
@@ -25,17 +23,9 @@ DLQ = BrokerConfig().dlq_for("queue://Q")
 MALFORMED = 20
 
 
-@pytest.fixture
-def store(engine: Engine) -> Iterator[PostgresStore]:
-    store = PostgresStore(engine, cleanup_interval_s=0)
-    store.start()
-    yield store
-    store.stop()
-
-
-def _store_malformed(store: PostgresStore, container: str) -> None:
+def _store_malformed(pg_store: PostgresStore, container: str) -> None:
     """``MALFORMED`` texts whose content claims to be compressed but is no zlib stream."""
-    store.add(
+    pg_store.add(
         [
             NewMessage(
                 container,
@@ -61,7 +51,7 @@ def _counted(lines: list[str], container: str) -> int:
 
 @pytest.mark.parametrize("where", ["queue", "its DLQ"])
 def test_a_queue_logs_its_first_message_that_does_not_render_and_counts_the_others(
-    store: PostgresStore,
+    pg_store: PostgresStore,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
     where: str,
@@ -69,8 +59,8 @@ def test_a_queue_logs_its_first_message_that_does_not_render_and_counts_the_othe
     monkeypatch.setattr(queues, "MALFORMED_LOG_INTERVAL", 0.3)
     caplog.set_level(logging.ERROR, logger="mqstore.broker.queues")
     container = "queue://Q" if where == "queue" else DLQ
-    _store_malformed(store, container)
-    broker = BrokerThread(store, FAST).start()
+    _store_malformed(pg_store, container)
+    broker = BrokerThread(pg_store, FAST).start()
     try:
         c, _ = connect(broker.port)
         c.subscribe("/queue/" + container.removeprefix("queue://"), id="s", ack="client")
@@ -80,10 +70,10 @@ def test_a_queue_logs_its_first_message_that_does_not_render_and_counts_the_othe
 
         assert wait_until(lambda: _counted(lines(), container) == MALFORMED - 1), lines()
         if where == "queue":
-            assert wait_until(lambda: store.count(DLQ) == MALFORMED)
-            assert store.count("queue://Q") == 0
+            assert wait_until(lambda: pg_store.count(DLQ) == MALFORMED)
+            assert pg_store.count("queue://Q") == 0
         else:
-            assert store.count(DLQ) == MALFORMED  # left stored, undelivered
+            assert pg_store.count(DLQ) == MALFORMED  # left stored, undelivered
         c.disconnect()
     finally:
         broker.close()

@@ -6,11 +6,7 @@ subscriber's ``topic_high_water`` as their size says, not as their (empty) body 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
-from sqlalchemy.engine import Engine
 
 from mqstore.store.postgres import PostgresStore
 from tests.broker.conftest import FAST
@@ -22,16 +18,8 @@ COUNT = 30  # ~3 MB in all: three times each limit below
 LIMIT = 1 << 20
 
 
-@pytest.fixture
-def store(engine: Engine) -> Iterator[PostgresStore]:
-    store = PostgresStore(engine, cleanup_interval_s=0)
-    store.start()
-    yield store
-    store.stop()
-
-
-def _broker(store: PostgresStore, **config: Any) -> BrokerThread:
-    return BrokerThread(store, dataclasses.replace(FAST, **config)).start()
+def _broker(pg_store: PostgresStore, **config: Any) -> BrokerThread:
+    return BrokerThread(pg_store, dataclasses.replace(FAST, **config)).start()
 
 
 def _send_until_refused(conn: Any, col: Any, dest: str, count: int = COUNT, **headers: str) -> int:
@@ -45,8 +33,10 @@ def _send_until_refused(conn: Any, col: Any, dest: str, count: int = COUNT, **he
     return count
 
 
-def test_a_queue_counts_the_headers_of_non_persistent_messages(store: PostgresStore) -> None:
-    bt = _broker(store, queue_high_water=LIMIT, queue_low_water=LIMIT // 2, memory_block_timeout=0)
+def test_a_queue_counts_the_headers_of_non_persistent_messages(pg_store: PostgresStore) -> None:
+    bt = _broker(
+        pg_store, queue_high_water=LIMIT, queue_low_water=LIMIT // 2, memory_block_timeout=0
+    )
     try:
         conn, col = connect(bt.port)
         taken = _send_until_refused(conn, col, "/queue/heavy")
@@ -58,9 +48,9 @@ def test_a_queue_counts_the_headers_of_non_persistent_messages(store: PostgresSt
 
 
 def test_a_transaction_counts_the_headers_of_non_persistent_messages(
-    store: PostgresStore,
+    pg_store: PostgresStore,
 ) -> None:
-    bt = _broker(store, max_transaction_bytes=LIMIT)
+    bt = _broker(pg_store, max_transaction_bytes=LIMIT)
     try:
         conn, col = connect(bt.port)
         conn.begin("t1")
@@ -72,12 +62,12 @@ def test_a_transaction_counts_the_headers_of_non_persistent_messages(
 
 
 def test_a_topic_subscriber_counts_the_headers_of_non_persistent_messages(
-    store: PostgresStore,
+    pg_store: PostgresStore,
 ) -> None:
     """A subscriber that reads nothing: the messages waiting for it pass topic_high_water
     after about a tenth of them, and the producer (memory_block_timeout 0) is refused."""
     bt = _broker(
-        store, topic_high_water=LIMIT, topic_low_water=LIMIT // 2, memory_block_timeout=0,
+        pg_store, topic_high_water=LIMIT, topic_low_water=LIMIT // 2, memory_block_timeout=0,
         max_pending_bytes=64 * 1024,
     )  # fmt: skip
     try:

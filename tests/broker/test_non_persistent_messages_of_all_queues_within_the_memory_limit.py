@@ -7,9 +7,6 @@ some; every message taken is delivered, in order."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-
-import pytest
 
 from mqstore.broker.subscriptions import MESSAGE_OVERHEAD
 from mqstore.store import Store
@@ -20,16 +17,6 @@ LIMIT = 1 << 20
 SIZE = 64 * 1024
 QUEUES = 8
 PER_QUEUE = 8  # 512 KiB each: far below queue_high_water; 4 MiB in all
-
-
-@pytest.fixture
-def pg_store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    from mqstore.store.postgres import PostgresStore
-
-    store = PostgresStore(request.getfixturevalue("engine"), cleanup_interval_s=0)
-    store.start()
-    yield store
-    store.stop()
 
 
 def _held(bt: BrokerThread) -> int:

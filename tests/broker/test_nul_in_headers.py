@@ -7,7 +7,6 @@ U+FFFD, the frame whole."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -20,22 +19,6 @@ from tests.broker.harness import BrokerThread
 from tests.broker.test_protocol import Raw
 from tests.conftest import count_rows
 
-
-@pytest.fixture
-def store(engine: Engine) -> Iterator[PostgresStore]:
-    store = PostgresStore(engine, cleanup_interval_s=0)
-    store.start()
-    yield store
-    store.stop()
-
-
-@pytest.fixture
-def bt(store: PostgresStore) -> Iterator[BrokerThread]:
-    broker = BrokerThread(store, FAST).start()
-    yield broker
-    broker.close()
-
-
 FRAMES = {
     "value": b"SEND\ndestination:/queue/nul\npersistent:true\nevil:a\x00b\n"
     b"content-length:5\n\nhello\x00",
@@ -47,9 +30,9 @@ FRAMES = {
 @pytest.mark.parametrize("where", list(FRAMES))
 @pytest.mark.parametrize("arrival", ["one-read", "byte-by-byte"])
 def test_a_nul_in_the_headers_is_refused_however_the_bytes_arrive(
-    bt: BrokerThread, engine: Engine, where: str, arrival: str
+    pg_broker: BrokerThread, engine: Engine, where: str, arrival: str
 ) -> None:
-    raw = Raw(bt.port)
+    raw = Raw(pg_broker.port)
     assert raw.connect().startswith(b"CONNECTED\n")
     data = FRAMES[where]
     if arrival == "one-read":
@@ -70,7 +53,7 @@ def test_a_nul_in_the_headers_is_refused_however_the_bytes_arrive(
 
 
 def test_a_stored_property_holding_nul_is_delivered_as_a_replacement_character(
-    store: PostgresStore,
+    pg_store: PostgresStore,
 ) -> None:
     msg = text_message(
         "hello",
@@ -79,17 +62,17 @@ def test_a_stored_property_holding_nul_is_delivered_as_a_replacement_character(
         sequence=1,
         properties={"note": "a\x00b"},
     )
-    store.add([NewMessage("queue://nulprop", msg.msgid_prod or "", msg.msgid_seq or 0,
+    pg_store.add([NewMessage("queue://nulprop", msg.msgid_prod or "", msg.msgid_seq or 0,
                           encode(msg), msg.priority)])  # fmt: skip
-    bt = BrokerThread(store, FAST).start()
+    pg_broker = BrokerThread(pg_store, FAST).start()
     try:
-        _delivered_whole(bt)
+        _delivered_whole(pg_broker)
     finally:
-        bt.close()
+        pg_broker.close()
 
 
-def _delivered_whole(bt: BrokerThread) -> None:
-    raw = Raw(bt.port)
+def _delivered_whole(pg_broker: BrokerThread) -> None:
+    raw = Raw(pg_broker.port)
     assert raw.connect().startswith(b"CONNECTED\n")
     raw.send(b"SUBSCRIBE\nid:1\ndestination:/queue/nulprop\nack:auto\nreceipt:s\n\n\x00")
     frames = [raw.frame(), raw.frame()]
