@@ -296,6 +296,39 @@ def database_away(engine: Engine, databases: Databases) -> Iterator[None]:
             )
 
 
+_role_numbers = itertools.count()
+
+
+@contextlib.contextmanager
+def scratch_role(databases: Databases, dsn: str, purpose: str, *grants: str) -> Iterator[str]:
+    """A NOLOGIN role ``mqs_t<pid>_<purpose>_<n>`` for one test, its name yielded:
+    ``grants`` (statements with ``{role}`` for its quoted name) run first on ``dsn``'s
+    database; afterwards what it owns there is dropped, then the role."""
+    name = f"mqs_t{os.getpid()}_{purpose}_{next(_role_numbers)}"
+    role = sql.Identifier(name)
+    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(role))
+    try:
+        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
+            for grant in grants:
+                conn.execute(sql.SQL(grant).format(role=role))
+        yield name
+    finally:
+        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(role))
+        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+def as_role(dsn: str, role: str) -> str:
+    """``dsn`` with its sessions run as ``role`` (``options=-crole=...``)."""
+    return (
+        make_url(dsn)
+        .update_query_dict({"options": f"-crole={role}"})
+        .render_as_string(hide_password=False)
+    )
+
+
 @contextlib.contextmanager
 def small_tmpfs(directory: Path, size: str) -> Iterator[Path]:
     """``directory`` (made here) as a tmpfs of ``size`` (``2m``), unmounted afterwards; the

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import socket
 import subprocess
@@ -12,18 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import sqlalchemy as sa
-from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
 
 from mqstore import migrate
-from mqstore.db import libpq_dsn
-from tests.conftest import Databases
+from tests.conftest import Databases, as_role, scratch_role
 from tests.integration.test_cli import mqstore
-
-_roles = itertools.count()
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str], words: str) -> None:
@@ -49,17 +43,8 @@ def test_commands_on_a_database_without_tables(empty_dsn: str, args: list[str], 
 @pytest.fixture
 def no_rights_dsn(databases: Databases, dsn: str) -> Iterator[str]:
     """``dsn`` with its sessions run as a role granted nothing on the tables."""
-    name = f"mqs_t{os.getpid()}_cli_{next(_roles)}"
-    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
-    try:
-        url = make_url(dsn).update_query_dict({"options": f"-crole={name}"})
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    with scratch_role(databases, dsn, "cli") as name:
+        yield as_role(dsn, name)
 
 
 @pytest.mark.parametrize(

@@ -4,22 +4,16 @@ lacks UPDATE on the lock table; not that a role which may lock rows may not."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
 
-from mqstore.db import libpq_dsn
-from tests.conftest import Databases
+from tests.conftest import Databases, scratch_role
 from tests.integration.test_cli import mqstore
-
-_roles = itertools.count()
 
 
 def _lock_states(dsn: str) -> tuple[str, str]:
@@ -57,19 +51,12 @@ def test_a_read_only_session_is_named_as_such(
 @pytest.fixture
 def select_only_role(databases: Databases, dsn: str, engine: Engine) -> Iterator[str]:
     """A role that may read the tables but not update them, dropped afterwards."""
-    name = f"mqs_t{os.getpid()}_readers_{next(_roles)}"
-    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {name}"))
-    try:
-        yield name
-    finally:
-        engine.dispose()
-        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    grant = "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"
+    with scratch_role(databases, dsn, "readers", grant) as name:
+        try:
+            yield name
+        finally:
+            engine.dispose()
 
 
 def test_a_role_without_update_on_the_lock_table_is_told_what_to_grant(

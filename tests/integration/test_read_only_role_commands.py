@@ -4,42 +4,20 @@ GRANT the role lacks."""
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
 
-import psycopg
 import pytest
-from psycopg import sql
-from sqlalchemy.engine import make_url
 
-from mqstore.db import libpq_dsn
-from tests.conftest import Databases
+from tests.conftest import Databases, as_role, scratch_role
 from tests.integration.test_cli import mqstore
-
-_roles = itertools.count()
 
 
 @pytest.fixture
 def read_only_dsn(databases: Databases, dsn: str) -> Iterator[str]:
     """``dsn`` with its sessions run as a role granted SELECT on every table, nothing else."""
-    name = f"mqs_t{os.getpid()}_ro_{next(_roles)}"
-    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
-    with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(
-                sql.Identifier(name)
-            )
-        )
-    try:
-        url = make_url(dsn).update_query_dict({"options": f"-crole={name}"})
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    grant = "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"
+    with scratch_role(databases, dsn, "ro", grant) as name:
+        yield as_role(dsn, name)
 
 
 def test_db_check_needs_only_select(read_only_dsn: str) -> None:

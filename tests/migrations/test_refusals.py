@@ -3,27 +3,21 @@ did not make: one line that names the fix, and nothing changed."""
 
 from __future__ import annotations
 
-import itertools
-import os
 import subprocess
 import time
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 import sqlalchemy as sa
-from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
 
 from mqstore import migrate, takeover
-from mqstore.db import create_engine, libpq_dsn
+from mqstore.db import create_engine
 from mqstore.errors import ConfigError, SchemaError
 from mqstore.migration_guards import BROKER_PRIVILEGES
-from tests.conftest import Databases, count_rows, load_activemq_fixture
+from tests.conftest import Databases, count_rows, load_activemq_fixture, scratch_role
 from tests.integration.test_cli import mqstore
 from tests.migrations.alembic_cli import alembic
-
-_roles = itertools.count()
 
 
 def _tables(engine: Engine) -> set[str]:
@@ -53,17 +47,11 @@ def test_upgrade_refuses_tables_it_never_made_and_changes_nothing(
 @pytest.fixture
 def role(databases: Databases, empty_dsn: str, empty_engine: Engine) -> Iterator[str]:
     """A role without CREATE on the test database's schema, dropped afterwards."""
-    name = f"mqs_t{os.getpid()}_NoRights_{next(_roles)}"  # mixed case: quoted in SQL
-    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
-    try:
-        yield name
-    finally:
-        empty_engine.dispose()
-        with psycopg.connect(libpq_dsn(empty_dsn), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    with scratch_role(databases, empty_dsn, "NoRights") as name:  # mixed case: quoted in SQL
+        try:
+            yield name
+        finally:
+            empty_engine.dispose()
 
 
 def _as_role(empty_dsn: str, role: str) -> Engine:

@@ -7,21 +7,14 @@ refused from either side, naming how to bring them together."""
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 import sqlalchemy as sa
-from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
 
-from mqstore.db import libpq_dsn
-from tests.conftest import Databases, load_activemq_fixture
+from tests.conftest import Databases, load_activemq_fixture, scratch_role
 from tests.integration.test_cli import mqstore
-
-_roles = itertools.count()
 
 
 def _where(engine: Engine) -> list[tuple[str, str]]:
@@ -41,24 +34,20 @@ def _where(engine: Engine) -> list[tuple[str, str]]:
 def own_schema_role(databases: Databases, empty_dsn: str, empty_engine: Engine) -> Iterator[str]:
     """ActiveMQ's tables (and rows) in public, owned by a role that has a schema of its own
     name; its name, dropped afterwards."""
-    name = f"mqs_t{os.getpid()}_own_{next(_roles)}"
     load_activemq_fixture(empty_engine)
-    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
-    role = sql.Identifier(name)
-    with psycopg.connect(libpq_dsn(empty_dsn), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(role, role))
-        conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(role))
-        for table in ("activemq_msgs", "activemq_acks", "activemq_lock"):
-            conn.execute(sql.SQL("ALTER TABLE {} OWNER TO {}").format(sql.Identifier(table), role))
-    try:
-        yield name
-    finally:
-        empty_engine.dispose()
-        with psycopg.connect(libpq_dsn(empty_dsn), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(role))
-        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE {}").format(role))
+    grants = (
+        "CREATE SCHEMA {role} AUTHORIZATION {role}",
+        "GRANT CREATE ON SCHEMA public TO {role}",
+        *(
+            f"ALTER TABLE {t} OWNER TO {{role}}"
+            for t in ("activemq_msgs", "activemq_acks", "activemq_lock")
+        ),
+    )
+    with scratch_role(databases, empty_dsn, "own", *grants) as name:
+        try:
+            yield name
+        finally:
+            empty_engine.dispose()
 
 
 def _as(dsn: str, role: str, search_path: str | None = None) -> str:

@@ -3,30 +3,24 @@ ActiveMQ's default database locker (``FOR UPDATE``) or mqstore's ``--lock row``.
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 import typer
-from psycopg import sql
 from sqlalchemy.engine import Engine, make_url
 from typer.testing import CliRunner
 
-from mqstore.db import libpq_dsn
 from spark_etl import cli
 from spark_etl.audit import audit
-from tests.conftest import Databases
+from tests.conftest import Databases, as_role, scratch_role
 from tests.integration.test_cli import mqstore
 from tests.spark.conftest import dsn_of
 from tests.spark.test_audit import _KeepAlive
 
 NOW = 1795400000000
-_roles = itertools.count()
 
 
 def _lock_status(dsn: str) -> str:
@@ -85,23 +79,9 @@ def test_the_audit_leaves_the_lock_row_free_for_a_broker(
 def select_only_dsn(databases: Databases, dsn: str) -> Iterator[str]:
     """``dsn`` with its sessions run as a role granted SELECT only, as the read-only role
     of docs/spark.md."""
-    name = f"mqs_t{os.getpid()}_audit_{next(_roles)}"
-    with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
-    try:
-        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(
-                    sql.Identifier(name)
-                )
-            )
-        url = make_url(dsn).update_query_dict({"options": f"-crole={name}"})
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(libpq_dsn(dsn), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(databases.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    grant = "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"
+    with scratch_role(databases, dsn, "audit", grant) as name:
+        yield as_role(dsn, name)
 
 
 @pytest.mark.parametrize("session", ["read-only", "select-only role"])
