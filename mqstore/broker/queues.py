@@ -31,10 +31,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from mqstore.broker.flow import ProducerGate
 from mqstore.broker.messages import BrokerMessage, UnrenderableError
 from mqstore.broker.paging import LeftToPage, Window
+from mqstore.broker.queue_volatile import VolatileHold
 from mqstore.broker.subscriptions import MESSAGE_OVERHEAD, Consumer, Delivery
+from mqstore.broker.unrenderable_log import UnrenderableLog
 from mqstore.broker.writer import Op
 from mqstore.store.model import Cursor, Outcome, Removal
 
@@ -47,14 +48,6 @@ log = logging.getLogger(__name__)
 #: Seconds before a message whose ACK, NACK or expiry failed to reach the store comes back.
 UNSETTLED_RETRY_S = 1.0
 
-#: Seconds between two warnings about one queue holding back its producers.
-FULL_WARNING_INTERVAL = 30.0
-
-#: Seconds between two lines counting a queue's messages that do not render (a malformed
-#: MSG): the first is logged with what is wrong with it, the others only counted, so that
-#: many of them (a queue of rows written by a broken client) do not flood the log.
-MALFORMED_LOG_INTERVAL = 60.0
-
 #: A browser's store reads: at most this many rows, and no more MSG bytes than this
 #: (the first row always comes), so browsing large messages holds few of them at once.
 BROWSE_ROWS = 500
@@ -63,24 +56,6 @@ BROWSE_BYTES = 8 << 20
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class NonPersistentMemory:
-    """The bytes of the non-persistent messages all queues of one broker hold, against its
-    ``memory_limit`` (ActiveMQ's broker-wide memoryUsage): once they reach it, the gate of a
-    queue that takes one more closes, and the queues so held back open again as soon as
-    consumers take them below it."""
-
-    __slots__ = ("held_back", "limit", "used")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self.held_back: set[Queue] = set()
-
-    @property
-    def full(self) -> bool:
-        return self.used >= self.limit
 
 
 class Queue:
@@ -110,20 +85,10 @@ class Queue:
         self.counted: set[int] = set()
         #: IDs of the stored messages consumed whose removal the store has not yet applied.
         self.settling: set[int] = set()
-        #: Bytes of the non-persistent messages held (body + MESSAGE_OVERHEAD each): waiting,
-        #: in flight, or on their way out; only memory holds them.
-        self.volatile_bytes = 0
-        #: past ``queue_high_water``, not yet below ``queue_low_water``
-        self._over_high_water = False
-        self.all_volatile = broker.non_persistent
-        self.gate = ProducerGate()
-        self._warned_at = float("-inf")
-        #: Messages that did not render: whether the first was logged, how many came since
-        #: by what became of them, the last one's error, and the line counting them.
-        self._malformed_logged = False
-        self._malformed_unlogged: dict[str, int] = {}
-        self._malformed_last: UnrenderableError | None = None
-        self._malformed_count_due: asyncio.TimerHandle | None = None
+        #: The non-persistent messages held (only memory holds them) and their producers' gate.
+        self.volatile = VolatileHold(container, broker.config, broker.non_persistent)
+        self.gate = self.volatile.gate
+        self._unrenderable_log = UnrenderableLog(container)
 
     def idle(self) -> bool:
         """Nothing to keep: no message (stored, in memory or in flight), consumer, waiting
@@ -186,67 +151,17 @@ class Queue:
         return len(self.pending) + len(self.settling)
 
     def _hold(self, msg: BrokerMessage) -> None:
-        """Count a non-persistent message; past the high-water mark, or past the broker's
-        memory limit for all queues' non-persistent messages, producers wait."""
-        cost = msg.size + MESSAGE_OVERHEAD
-        self.volatile_bytes += cost
-        every = self.all_volatile
-        every.used += cost
-        high = self.broker.config.queue_high_water
-        if self.volatile_bytes > high:
-            self._over_high_water = True
-        if every.full:
-            every.held_back.add(self)
-        if not self.gate.closed and (self._over_high_water or every.full):
-            self.gate.closed = True
-            now = time.monotonic()
-            if now - self._warned_at >= FULL_WARNING_INTERVAL:
-                self._warned_at = now
-                log.warning(
-                    "%s holds %d bytes of non-persistent messages (queue_high_water %d; all "
-                    "queues hold %d, memory_limit %d): producers of non-persistent messages to "
-                    "it wait until consumers take them",
-                    self.container, self.volatile_bytes, high, every.used, every.limit,
-                )  # fmt: skip
+        """Count a non-persistent message (:class:`~.queue_volatile.VolatileHold`)."""
+        self.volatile.hold(msg.size + MESSAGE_OVERHEAD)
 
-    def _release_volatile(self, freed: int) -> None:
-        """Non-persistent messages left: open the gates they held closed."""
-        self.volatile_bytes = max(0, self.volatile_bytes - freed)
-        every = self.all_volatile
-        every.used = max(0, every.used - freed)
-        if self._over_high_water and self.volatile_bytes < self.broker.config.queue_low_water:
-            self._over_high_water = False
-        if every.held_back and not every.full:
-            held_back, every.held_back = every.held_back, set()
-            for queue in held_back:
-                queue._open_gate()
-        self._open_gate()
-
-    def _open_gate(self) -> None:
-        if not self.gate.closed or self._over_high_water:
-            return
-        if self.all_volatile.full:
-            self.all_volatile.held_back.add(self)  # opens once the broker has room
-        else:
-            self.gate.open()
+    @property
+    def volatile_bytes(self) -> int:
+        """Bytes of the non-persistent messages held (body + MESSAGE_OVERHEAD each)."""
+        return self.volatile.bytes
 
     def refusal(self) -> str:
         """What a producer refused at the gate is told (see :class:`~.flow.Limited`)."""
-        cfg = self.broker.config
-        every = self.all_volatile
-        if not self._over_high_water and every.full:
-            return (
-                f"the broker is full: its queues hold {every.used} bytes of non-persistent "
-                f"messages, its memory_limit ({every.limit} bytes, MQSTORE_MEMORY_LIMIT_MB); "
-                f"{self.container} takes no more until they are below it: consume from "
-                "the queues, or raise the limit"
-            )
-        return (
-            f"{self.container} is full: it holds {self.volatile_bytes} bytes of non-persistent "
-            f"messages; past queue_high_water ({cfg.queue_high_water} bytes, "
-            f"MQSTORE_QUEUE_HIGH_WATER_MB) it takes no more until below {cfg.queue_low_water}: "
-            "consume from it, or raise the limit"
-        )
+        return self.volatile.refusal()
 
     def _rank(self, msg: BrokerMessage) -> int:
         """Dispatch rank: JMS priority in prioritized mode; plain mode is FIFO, as ActiveMQ."""
@@ -353,40 +268,11 @@ class Queue:
     def _unrenderable(self, msg: BrokerMessage, exc: UnrenderableError) -> None:
         """A message with a malformed body goes to the DLQ; on its DLQ it stays stored."""
         if msg.container == self.broker.config.dlq_for(msg.container):
-            self._log_unrenderable(exc, "left in the store, not delivered")
+            self._unrenderable_log.report(exc, "left in the store, not delivered")
             self._uncount(msg)
             return  # stays tracked: not paged in again before a restart
-        self._log_unrenderable(exc, "moved to the DLQ")
+        self._unrenderable_log.report(exc, "moved to the DLQ")
         self.broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
-
-    def _log_unrenderable(self, exc: UnrenderableError, fate: str) -> None:
-        """Log the queue's first message that does not render, with what is wrong with it;
-        count the others, in one line at most every :data:`MALFORMED_LOG_INTERVAL`."""
-        if not self._malformed_logged:
-            self._malformed_logged = True
-            log.error(
-                "%s: %s; %s (more such messages of %s are counted in one line a minute)",
-                self.container, exc, fate, self.container,
-            )  # fmt: skip
-            return
-        self._malformed_unlogged[fate] = self._malformed_unlogged.get(fate, 0) + 1
-        self._malformed_last = exc
-        if self._malformed_count_due is None:
-            self._malformed_count_due = asyncio.get_running_loop().call_later(
-                MALFORMED_LOG_INTERVAL, self._log_unrenderable_count
-            )
-
-    def _log_unrenderable_count(self) -> None:
-        self._malformed_count_due = None
-        counts, self._malformed_unlogged = self._malformed_unlogged, {}
-        if counts:
-            log.error(
-                "%s: %s more message(s) that do not render: %s (the last: %s)",
-                self.container,
-                sum(counts.values()),
-                ", ".join(f"{n} {fate}" for fate, n in counts.items()),
-                self._malformed_last,
-            )
 
     def _maybe_page(self) -> None:
         count = self._waiting()
@@ -501,7 +387,7 @@ class Queue:
             if self.broker.counts_in_usage(m):
                 self.broker.usage.release(m.size)
         if freed:
-            self._release_volatile(freed)
+            self.volatile.release(freed)
 
     def drop_pending(self, store_ids: set[int]) -> list[BrokerMessage]:
         """Take the given stored messages out of line (expiry sweep); they stay counted in

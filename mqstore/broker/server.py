@@ -33,7 +33,8 @@ from mqstore.broker.messages import BrokerMessage, UnrenderableError, stomp_name
 from mqstore.broker.metrics import BrokerMetrics
 from mqstore.broker.paging import MemoryBudget
 from mqstore.broker.protocol import Connection, ProtocolError
-from mqstore.broker.queues import NonPersistentMemory, Queue
+from mqstore.broker.queue_volatile import NonPersistentMemory
+from mqstore.broker.queues import Queue
 from mqstore.broker.subscriptions import Consumer, Dispatcher
 from mqstore.broker.topics import Topic
 from mqstore.broker.writer import Done, Op, StoreWriter

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from mqstore.broker import BrokerConfig, queues
+from mqstore.broker import BrokerConfig, unrenderable_log
 from mqstore.openwire import MessageId, ProducerId, decode, encode
 from mqstore.store.model import NewMessage
 from mqstore.store.postgres import PostgresStore
@@ -21,6 +21,7 @@ from tests.unit.openwire import activemq_quirks_data as amq
 PRODUCER = ProducerId("ID:amq-1-1700000000000-1:1", 1, 1)
 DLQ = BrokerConfig().dlq_for("queue://Q")
 MALFORMED = 20
+LOGGER = unrenderable_log.__name__
 
 
 def _store_malformed(pg_store: PostgresStore, container: str) -> None:
@@ -56,8 +57,8 @@ def test_a_queue_logs_its_first_message_that_does_not_render_and_counts_the_othe
     monkeypatch: pytest.MonkeyPatch,
     where: str,
 ) -> None:
-    monkeypatch.setattr(queues, "MALFORMED_LOG_INTERVAL", 0.3)
-    caplog.set_level(logging.ERROR, logger="mqstore.broker.queues")
+    monkeypatch.setattr(unrenderable_log, "MALFORMED_LOG_INTERVAL", 0.3)
+    caplog.set_level(logging.ERROR, logger=LOGGER)
     container = "queue://Q" if where == "queue" else DLQ
     _store_malformed(pg_store, container)
     broker = BrokerThread(pg_store, FAST).start()
@@ -66,7 +67,7 @@ def test_a_queue_logs_its_first_message_that_does_not_render_and_counts_the_othe
         c.subscribe("/queue/" + container.removeprefix("queue://"), id="s", ack="client")
 
         def lines() -> list[str]:
-            return [r.getMessage() for r in caplog.records if r.name == "mqstore.broker.queues"]
+            return [r.getMessage() for r in caplog.records if r.name == LOGGER]
 
         assert wait_until(lambda: _counted(lines(), container) == MALFORMED - 1), lines()
         if where == "queue":
