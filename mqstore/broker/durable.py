@@ -24,6 +24,7 @@ from mqstore.broker.by_priority import IdsByPriority
 from mqstore.broker.messages import BrokerMessage, UnrenderableError, stomp_name
 from mqstore.broker.paging import LeftToPage, Window
 from mqstore.broker.subscriptions import Consumer, Delivery, delivery_order
+from mqstore.broker.unrenderable_log import UnrenderableLog
 from mqstore.broker.writer import Op
 from mqstore.store.model import Ack, Cursor, Outcome, SubscriptionKey
 
@@ -57,6 +58,7 @@ class DurableSub:
     ) -> None:
         self.topic = topic
         self.key = key
+        self._unrenderable_log = UnrenderableLog(f"durable subscription {key}")
         #: the SELECTOR column (ActiveMQ made it): not evaluated here, so never resumed
         self.selector = selector
         self.container = key.container
@@ -229,7 +231,7 @@ class DurableSub:
             try:
                 delivery = consumer.deliver(msg)
             except UnrenderableError as exc:  # malformed body: the DLQ, as a poison message
-                log.error("durable subscription %s: %s; moved to the DLQ", self.key, exc)
+                self._unrenderable_log.report(exc, "moved to the DLQ")
                 self.topic.broker.dead_letter(self, [msg], Outcome.DEAD_LETTERED)
                 continue
             if delivery is None:

@@ -16,10 +16,11 @@ MALFORMED_LOG_INTERVAL = 60.0
 
 
 class UnrenderableLog:
-    """One destination's log of messages that do not render."""
+    """One destination's (or durable subscription's) log of messages that do not render,
+    its lines starting with ``label``."""
 
-    def __init__(self, container: str) -> None:
-        self.container = container
+    def __init__(self, label: str) -> None:
+        self.label = label
         self._logged = False  # the first one was logged in full
         self._unlogged: dict[str, int] = {}  # counted since, by what became of them
         self._last: UnrenderableError | None = None
@@ -33,7 +34,7 @@ class UnrenderableLog:
             self._logged = True
             log.error(
                 "%s: %s; %s (more such messages of %s are counted in one line a minute)",
-                self.container, exc, fate, self.container,
+                self.label, exc, fate, self.label,
             )  # fmt: skip
             return
         self._unlogged[fate] = self._unlogged.get(fate, 0) + 1
@@ -49,7 +50,7 @@ class UnrenderableLog:
         if counts:
             log.error(
                 "%s: %s more message(s) that do not render: %s (the last: %s)",
-                self.container,
+                self.label,
                 sum(counts.values()),
                 ", ".join(f"{n} {fate}" for fate, n in counts.items()),
                 self._last,
