@@ -92,20 +92,6 @@ def mem_broker(memory_store: MemoryStore) -> Iterator[BrokerThread]:
 
 
 @pytest.fixture
-def pg_broker_one_redelivery(engine: Engine) -> Iterator[BrokerThread]:
-    """A broker on a PostgreSQL store that dead-letters a message past one redelivery."""
-    from mqstore.store.postgres import PostgresStore
-
-    store = PostgresStore(engine, cleanup_interval_s=0)
-    store.start()
-    policy = dataclasses.replace(FAST.redelivery, maximum_redeliveries=1)
-    broker = BrokerThread(store, dataclasses.replace(FAST, redelivery=policy)).start()
-    yield broker
-    broker.close()
-    store.stop()
-
-
-@pytest.fixture
 def pg_store(engine: Engine) -> Iterator[PostgresStore]:
     """A started PostgreSQL store on a fresh database, its cleanup left to the test."""
     store = PostgresStore(engine, cleanup_interval_s=0)
@@ -120,3 +106,12 @@ def pg_broker(pg_store: PostgresStore) -> Iterator[BrokerThread]:
     bt = BrokerThread(pg_store, FAST).start()
     yield bt
     bt.close()
+
+
+@pytest.fixture
+def pg_broker_one_redelivery(pg_store: PostgresStore) -> Iterator[BrokerThread]:
+    """A broker on :func:`pg_store` that dead-letters a message past one redelivery."""
+    policy = dataclasses.replace(FAST.redelivery, maximum_redeliveries=1)
+    broker = BrokerThread(pg_store, dataclasses.replace(FAST, redelivery=policy)).start()
+    yield broker
+    broker.close()
